@@ -1,0 +1,76 @@
+"""Celery configuration for crawltasks: broker, queues, every task route, delivery guarantees.
+
+Read by ``crawltasks.celeryapp`` (and so by ``celery -A crawltasks worker``). Only environment
+variables are read here; nothing connects at import time.
+"""
+
+import os
+
+from kombu import Exchange, Queue
+
+broker_url = os.environ.get("CRAWLTASKS_BROKER_URL", "redis://127.0.0.1:6379/0")
+
+# --- Queues -------------------------------------------------------------------------------------
+# One queue per stage, and three fetch queues by priority. The order matters on Redis: with the
+# "priority" queue order strategy a worker always pops from the first non-empty queue in this list,
+# so finishing work (store, parse) drains before new fetches start, and high before default before low.
+STORE_QUEUE = "crawl.store"
+PARSE_QUEUE = "crawl.parse"
+FETCH_QUEUES = {
+    "high": "crawl.fetch.high",
+    "default": "crawl.fetch.default",
+    "low": "crawl.fetch.low",
+}
+CONTROL_QUEUE = "crawl.control"
+
+_exchange = Exchange("crawl", type="direct")
+task_queues = [
+    Queue(name, _exchange, routing_key=name, queue_arguments={"x-max-priority": 10})
+    for name in (STORE_QUEUE, PARSE_QUEUE, *FETCH_QUEUES.values(), CONTROL_QUEUE)
+]
+task_default_queue = FETCH_QUEUES["default"]
+task_default_exchange = "crawl"
+task_default_routing_key = FETCH_QUEUES["default"]
+
+# Every route lives here. Fetch batches are sent to the queue of their priority by
+# ``crawltasks.dispatch`` through FETCH_QUEUES; this route is the default.
+task_routes = {
+    "crawltasks.fetch": {"queue": FETCH_QUEUES["default"], "routing_key": FETCH_QUEUES["default"]},
+    "crawltasks.parse": {"queue": PARSE_QUEUE, "routing_key": PARSE_QUEUE},
+    "crawltasks.store": {"queue": STORE_QUEUE, "routing_key": STORE_QUEUE},
+    "crawltasks.control.*": {"queue": CONTROL_QUEUE, "routing_key": CONTROL_QUEUE},
+}
+imports = ["crawltasks.tasks"]
+
+# --- Serialization: JSON only, never pickle -----------------------------------------------------
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+# --- Delivery: at least once --------------------------------------------------------------------
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+# Visibility timeout is far above the longest task plus its longest retry countdown (60 s).
+broker_transport_options = {
+    "queue_order_strategy": "priority",
+    "visibility_timeout": 2 * 3600,
+    "priority_steps": list(range(10)),
+}
+broker_connection_retry_on_startup = True
+broker_connection_max_retries = None
+task_publish_retry = True
+task_publish_retry_policy = {"max_retries": 10, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 3}
+task_time_limit = 600
+task_soft_time_limit = 540
+worker_max_memory_per_child = 400_000  # KiB; a prefork child is replaced past this
+
+# --- Results: ignored; crawl state lives in Redis counters ---------------------------------------
+task_ignore_result = True
+result_backend = None
+
+# --- Monitoring: events on, so Flower shows tasks -------------------------------------------------
+worker_send_task_events = True
+task_send_sent_event = True
+worker_hijack_root_logger = False

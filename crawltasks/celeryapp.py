@@ -1,0 +1,14 @@
+"""The Celery app. Its configuration is ``celeryconfig.py``; nothing connects at import."""
+
+from celery import Celery
+
+app = Celery("crawltasks")
+app.config_from_object("celeryconfig")
+
+
+def use_broker(url: str) -> None:
+    """Point the app at another broker (embedded mode, tests) before it has connected."""
+    app.conf.update(broker_url=url, broker_read_url=url, broker_write_url=url)
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None

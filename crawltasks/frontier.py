@@ -1,0 +1,106 @@
+"""Deciding what gets fetched: scope filters, fingerprints, atomic dedupe, and batching by priority."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .models import PRIORITIES, Request
+from .redisstate import RedisState
+from .settings import CrawlOptions
+from .urls import FOLLOWED_SCHEMES, InvalidURL, canonicalize, fingerprint, host_of, in_domains, raw_fingerprint
+
+# send(crawl_id, priority, batch, countdown): puts one fetch -> parse -> store chain on the broker.
+Sender = Callable[[str, str, list[Request], float], None]
+
+
+@dataclass
+class Plan:
+    accepted: list[Request] = field(default_factory=list)
+    filtered: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
+    """Fingerprint the requests that are in scope; count the others by reason. Pure."""
+    plan = Plan()
+    for req in requests:
+        try:
+            url = canonicalize(req.url)
+        except InvalidURL:
+            scheme = req.url.strip().split(":", 1)[0].lower() if ":" in req.url else ""
+            if scheme and scheme.isalpha() and scheme not in FOLLOWED_SCHEMES:
+                plan.filtered["scheme"] += 1
+                continue
+            # Kept so that it fails once at fetch with its reason on record.
+            req.fp = req.fp or raw_fingerprint(req.url, req.method)
+            plan.accepted.append(req)
+            continue
+        if options.max_depth is not None and req.depth > options.max_depth:
+            plan.filtered["depth"] += 1
+            continue
+        if options.allowed_domains is not None and not in_domains(host_of(url), options.allowed_domains):
+            plan.filtered["offsite"] += 1
+            continue
+        req.url = url
+        req.fp = fingerprint(url, req.method, req.meta, options.fingerprint_meta)
+        plan.accepted.append(req)
+    return plan
+
+
+def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], options: CrawlOptions,
+             send: Sender) -> int:
+    """Filter, dedupe atomically and send new requests; returns how many were scheduled."""
+    plan = plan_requests(requests, options)
+    if plan.filtered:
+        state.incr(crawl_id, filtered=sum(plan.filtered.values()),
+                   **{f"filtered_{k}": v for k, v in plan.filtered.items()})
+    reqs = plan.accepted
+    flags = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs])
+    fresh = [r for r, new in zip(reqs, flags, strict=True) if new]
+    for r in fresh:
+        r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
+    dispatch(crawl_id, fresh, options.batch_size, send)
+    return len(fresh)
+
+
+def dispatch(crawl_id: str, requests: Sequence[Request], batch_size: int, send: Sender,
+             countdown: float = 0.0) -> int:
+    """Send requests as batches, one chain per batch, each on its priority's queue.
+
+    Hosts are interleaved so that one batch mixes hosts and its concurrent fetches are not all
+    held back by the same host's politeness limit. Returns the number of chains sent.
+    """
+    sent = 0
+    by_priority: dict[str, list[Request]] = defaultdict(list)
+    for r in requests:
+        by_priority[r.priority].append(r)
+    for priority in PRIORITIES:
+        ordered = interleave_hosts(by_priority.get(priority, []))
+        for i in range(0, len(ordered), batch_size):
+            send(crawl_id, priority, ordered[i:i + batch_size], countdown)
+            sent += 1
+    return sent
+
+
+def interleave_hosts(requests: Sequence[Request]) -> list[Request]:
+    """Round-robin over hosts, keeping each host's own order."""
+    queues: dict[str, list[Request]] = defaultdict(list)
+    for r in requests:
+        queues[host_of(r.url)].append(r)
+    if len(queues) <= 1:
+        return list(requests)
+    out: list[Request] = []
+    lists = list(queues.values())
+    for i in range(max(len(q) for q in lists)):
+        out.extend(q[i] for q in lists if i < len(q))
+    return out
+
+
+def backoff(attempt: int, options: CrawlOptions, retry_after: float | None = None) -> float:
+    """Exponential countdown with jitter, at least Retry-After, never above retry_cap."""
+    delay = options.retry_base * (2 ** attempt) * random.uniform(0.8, 1.2)
+    if retry_after:
+        delay = max(delay, retry_after)
+    return round(min(delay, options.retry_cap), 3)

@@ -1,0 +1,93 @@
+"""Where the services are (process settings) and how one crawl behaves (crawl options).
+
+Process settings come from the environment. Crawl options are chosen when a crawl starts and are
+saved in Redis with the crawl, so every worker on every machine applies the same ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+ENV_BROKER = "CRAWLTASKS_BROKER_URL"
+ENV_REDIS = "CRAWLTASKS_REDIS_URL"
+ENV_MONGO = "CRAWLTASKS_MONGO_URL"
+ENV_MONGO_DB = "CRAWLTASKS_MONGO_DB"
+ENV_SPIDER_MODULES = "CRAWLTASKS_SPIDER_MODULES"
+ENV_DATA_DIR = "CRAWLTASKS_DATA_DIR"
+
+
+@dataclass
+class Settings:
+    """Service locations for this process."""
+
+    broker_url: str | None = None
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    mongo_url: str = "mongodb://127.0.0.1:27017/"
+    mongo_db: str = "crawltasks"
+    spider_modules: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        broker = env.get(ENV_BROKER) or None
+        redis_url = env.get(ENV_REDIS) or (broker if broker and broker.startswith("redis") else None)
+        modules = [m.strip() for m in env.get(ENV_SPIDER_MODULES, "").split(",") if m.strip()]
+        return cls(
+            broker_url=broker,
+            redis_url=redis_url or cls.redis_url,
+            mongo_url=env.get(ENV_MONGO) or cls.mongo_url,
+            mongo_db=env.get(ENV_MONGO_DB) or cls.mongo_db,
+            spider_modules=modules,
+        )
+
+
+@dataclass
+class CrawlOptions:
+    """Everything that shapes one crawl; JSON-safe, stored with the crawl."""
+
+    spider: str = "site"  # a registered spider name or "module:Class"
+    max_depth: int | None = None
+    allowed_domains: list[str] | None = None  # None: the seeds' hosts
+    max_retries: int = 3
+    retry_base: float = 1.0  # seconds; countdown = retry_base * 2**attempt, capped by retry_cap
+    retry_cap: float = 60.0  # kept far below the broker's visibility timeout
+    batch_size: int = 16  # requests per fetch -> parse -> store chain
+    fetch_threads: int = 8  # concurrent HTTP requests inside one fetch task
+    host_concurrency: int = 2  # requests in flight per host, across all workers
+    host_delay: float = 0.5  # seconds between two request starts on one host, across all workers
+    timeout: float = 20.0  # seconds for one whole response, connect to last byte
+    max_size: int = 10 * 1024 * 1024  # bytes; larger bodies are cut and the page recorded as truncated
+    max_redirects: int = 10
+    user_agent: str = "crawltasks/0.1 (+https://github.com/crawltasks/crawltasks)"
+    store_html: bool = False
+    store_text: bool = False
+    fingerprint_meta: list[str] = field(default_factory=list)
+    body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
+
+    def __post_init__(self) -> None:
+        _check(self.max_depth is None or self.max_depth >= 0, "max_depth must be >= 0")
+        _check(self.max_retries >= 0, "max_retries must be >= 0")
+        _check(self.batch_size >= 1, "batch_size must be >= 1")
+        _check(self.fetch_threads >= 1, "fetch_threads must be >= 1")
+        _check(self.host_concurrency >= 1, "host_concurrency must be >= 1")
+        _check(self.host_delay >= 0, "host_delay must be >= 0")
+        _check(self.timeout > 0, "timeout must be > 0")
+        _check(self.max_size > 0, "max_size must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CrawlOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown crawl option(s): {', '.join(unknown)}")
+        return cls(**data)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)

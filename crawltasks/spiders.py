@@ -1,0 +1,160 @@
+"""What users write: a Spider subclass with ``parse(response)`` yielding items and requests.
+
+Workers find spiders by name: every subclass with a ``name`` is registered when its module is
+imported, and workers import the modules listed in ``CRAWLTASKS_SPIDER_MODULES``. A spider can
+also be named by import path, ``package.module:ClassName``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from typing import Any, ClassVar
+
+from .models import Request
+from .parse import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
+from .urls import join
+
+SPIDERS: dict[str, type[Spider]] = {}
+
+
+class SpiderNotFound(LookupError):
+    """No spider of that name is registered in the configured modules."""
+
+
+class Response:
+    """A fetched HTML page as user code sees it. Everything derived is computed on first use."""
+
+    def __init__(self, url: str, status: int, body: bytes, request: Request,
+                 content_type: str | None = None, crawl_id: str = "") -> None:
+        self.url = url
+        self.status = status
+        self.body = body
+        self.request = request
+        self.content_type = content_type
+        self.crawl_id = crawl_id
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.request.meta
+
+    @property
+    def depth(self) -> int:
+        return self.request.depth
+
+    @property
+    def is_html(self) -> bool:
+        return is_html(self.content_type, self.body)
+
+    @cached_property
+    def encoding(self) -> str:
+        return detect_encoding(self.content_type, self.body)
+
+    @cached_property
+    def text(self) -> str:
+        return self.body.decode(self.encoding, "replace")
+
+    @cached_property
+    def tree(self):  # lxml element, or None
+        return parse_tree(self.body, self.encoding)
+
+    @cached_property
+    def soup(self):
+        """A BeautifulSoup tree (lxml parser), built only when asked for."""
+        from bs4 import BeautifulSoup
+
+        return BeautifulSoup(self.body, "lxml", from_encoding=self.encoding)
+
+    @cached_property
+    def title(self) -> str | None:
+        return title_of(self.tree)
+
+    @cached_property
+    def links(self) -> list[str]:
+        """Absolute <a href> URLs, resolved against <base> and the final URL."""
+        return extract_links(self.tree, self.url)
+
+    @cached_property
+    def visible_text(self) -> str:
+        return text_of(self.tree)
+
+    def urljoin(self, href: str) -> str:
+        return join(base_url(self.tree, self.url), href) or href
+
+    def follow(self, url: str, *, priority: str | None = None, meta: dict[str, Any] | None = None,
+               dont_filter: bool = False) -> Request:
+        """A request for a link of this page: resolved, one level deeper, same priority by default."""
+        return Request(url=self.urljoin(url), depth=self.depth + 1,
+                       priority=priority or self.request.priority, meta=dict(meta or {}),
+                       dont_filter=dont_filter, referer=self.url)
+
+    def follow_all(self, urls: Iterable[str] | None = None, **kwargs: Any) -> Iterator[Request]:
+        for url in self.links if urls is None else urls:
+            yield self.follow(url, **kwargs)
+
+
+class Spider:
+    """Base class of crawl logic. The default ``parse`` follows every link of the page."""
+
+    name: ClassVar[str] = ""
+    start_urls: ClassVar[list[str]] = []
+    allowed_domains: ClassVar[list[str] | None] = None
+    max_depth: ClassVar[int | None] = None
+    store_html: ClassVar[bool] = False
+    store_text: ClassVar[bool] = False
+    custom_options: ClassVar[dict[str, Any]] = {}  # crawl options this spider always uses
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            SPIDERS[cls.name] = cls
+
+    def __init__(self, crawl_id: str = "", **kwargs: Any) -> None:
+        self.crawl_id = crawl_id
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    def start_requests(self) -> Iterator[Request]:
+        for url in self.start_urls:
+            yield Request(url=url)
+
+    def parse(self, response: Response) -> Iterable[Request | dict[str, Any]]:
+        """Yield items (dicts) and follow-up requests. Override it."""
+        yield from response.follow_all()
+
+    @classmethod
+    def ref(cls) -> str:
+        """How workers find this spider: its registered name, else its import path."""
+        if cls.name and SPIDERS.get(cls.name) is cls:
+            return cls.name
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class SiteSpider(Spider):
+    """The default spider: stores every page of the seeds' sites and follows their links."""
+
+    name = "site"
+
+
+def resolve_spider(ref: str, modules: Iterable[str] = ()) -> type[Spider]:
+    """The spider class for a registered name or a ``module:Class`` path."""
+    if ":" in ref:
+        module_name, _, attr = ref.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise SpiderNotFound(f"cannot import spider {ref!r}: {exc}") from None
+        if not (isinstance(obj, type) and issubclass(obj, Spider)):
+            raise SpiderNotFound(f"{ref!r} is not a Spider subclass")
+        return obj
+    if ref not in SPIDERS:
+        for module in modules:
+            importlib.import_module(module)
+    try:
+        return SPIDERS[ref]
+    except KeyError:
+        known = ", ".join(sorted(SPIDERS)) or "none"
+        raise SpiderNotFound(f"no spider named {ref!r} (known: {known})") from None

@@ -1,0 +1,122 @@
+"""MongoDB storage through pymongo: pages, items and failures, upserted by (crawl_id, fp).
+
+Writes are buffered and flushed as unordered bulk upserts when the buffer is full, when it is old
+enough, and always before a store task reports its pages done: replaying a batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import pymongo
+from pymongo import UpdateOne
+
+PAGES, ITEMS, FAILURES = "pages", "items", "failures"
+KEY = [("crawl_id", pymongo.ASCENDING), ("fp", pymongo.ASCENDING)]
+
+
+class MongoStorage:
+    """The crawl's documents in one Mongo database, with a write buffer."""
+
+    def __init__(self, client: pymongo.MongoClient, db_name: str = "crawltasks",
+                 flush_size: int = 500, flush_interval: float = 1.0) -> None:
+        self.client = client
+        self.db = client[db_name]
+        self.flush_size = flush_size
+        self.flush_interval = flush_interval
+        self._buffer: dict[str, list[UpdateOne]] = {PAGES: [], ITEMS: [], FAILURES: []}
+        self._oldest: float | None = None
+        self._lock = threading.RLock()
+        self._indexed = False
+
+    @classmethod
+    def from_url(cls, url: str, db_name: str = "crawltasks", **kwargs: Any) -> MongoStorage:
+        client = pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000, connectTimeoutMS=5_000,
+                                     retryWrites=True, tz_aware=True)
+        return cls(client, db_name, **kwargs)
+
+    def ensure_indexes(self) -> None:
+        """Unique (crawl_id, fp) on every collection; safe to call again."""
+        if self._indexed:
+            return
+        for name in (PAGES, ITEMS, FAILURES):
+            self.db[name].create_index(KEY, unique=True, name="crawl_fp")
+        self.db[FAILURES].create_index([("crawl_id", 1), ("reason", 1)], name="crawl_reason")
+        self._indexed = True
+
+    # --- buffered writes -------------------------------------------------------------------------
+    def add(self, collection: str, docs: list[dict[str, Any]]) -> None:
+        """Queue upserts keyed by (crawl_id, fp); flushes when the buffer is full or old."""
+        with self._lock:
+            for doc in docs:
+                key = {"crawl_id": doc["crawl_id"], "fp": doc["fp"]}
+                fields = {k: v for k, v in doc.items() if k not in key}
+                self._buffer[collection].append(UpdateOne(key, {"$set": fields}, upsert=True))
+            if self._oldest is None and docs:
+                self._oldest = time.monotonic()
+            if self.buffered() >= self.flush_size or self._too_old():
+                self.flush()
+
+    def buffered(self) -> int:
+        return sum(len(ops) for ops in self._buffer.values())
+
+    def _too_old(self) -> bool:
+        return self._oldest is not None and time.monotonic() - self._oldest >= self.flush_interval
+
+    def flush(self) -> int:
+        """Write everything buffered; returns the number of operations written."""
+        with self._lock:
+            self.ensure_indexes()
+            written = 0
+            for name, ops in self._buffer.items():
+                if ops:
+                    self.db[name].bulk_write(ops, ordered=False)
+                    written += len(ops)
+                    self._buffer[name] = []
+            self._oldest = None
+            return written
+
+    # --- reads -----------------------------------------------------------------------------------
+    def pages(self, crawl_id: str) -> Iterator[dict[str, Any]]:
+        return self._find(PAGES, {"crawl_id": crawl_id})
+
+    def items(self, crawl_id: str) -> Iterator[dict[str, Any]]:
+        return self._find(ITEMS, {"crawl_id": crawl_id})
+
+    def failures(self, crawl_id: str, reason: str | None = None) -> Iterator[dict[str, Any]]:
+        query: dict[str, Any] = {"crawl_id": crawl_id}
+        if reason:
+            query["reason"] = reason
+        return self._find(FAILURES, query)
+
+    def count(self, collection: str, crawl_id: str) -> int:
+        return self.db[collection].count_documents({"crawl_id": crawl_id})
+
+    def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        return self.db[collection].find(query, {"_id": 0}).sort("fp", 1)
+
+    def delete_crawl(self, crawl_id: str) -> None:
+        for name in (PAGES, ITEMS, FAILURES):
+            self.db[name].delete_many({"crawl_id": crawl_id})
+
+
+def write_jsonl(docs: Iterator[dict[str, Any]], out: IO[str]) -> int:
+    """Write documents as JSON Lines; returns how many were written."""
+    n = 0
+    for doc in docs:
+        doc.pop("fp", None)
+        out.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+        n += 1
+    return n
+
+
+def export_crawl(storage: MongoStorage, crawl_id: str, path: str, items: bool = True) -> tuple[int, int]:
+    """Pages (then the spider's items) of a crawl as JSON Lines; returns (pages, items)."""
+    with open(path, "w", encoding="utf-8") as out:
+        pages = write_jsonl(storage.pages(crawl_id), out)
+        n_items = write_jsonl(storage.items(crawl_id), out) if items else 0
+    return pages, n_items
