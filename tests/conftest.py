@@ -1,0 +1,105 @@
+"""Real parts for the tests: the machine's Redis (a database of our own), SecantusDB through pymongo
+(or CRAWLTASKS_TEST_MONGO_URL), real Celery workers, and fixture sites on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pymongo
+import pytest
+import redis
+
+from crawltasks import runtime
+from crawltasks.celeryapp import app, use_broker
+from crawltasks.embedded import InProcessWorker
+from crawltasks.settings import Settings
+
+from .sites import SiteServer, basic_site, serve
+
+REDIS_HOST = os.environ.get("CRAWLTASKS_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_DB = int(os.environ.get("CRAWLTASKS_TEST_REDIS_DB", "13"))
+
+
+def _flush(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = f"{REDIS_HOST}/{REDIS_DB}"
+    _flush(url)
+    yield url
+    _flush(url)
+
+
+@pytest.fixture(scope="session")
+def mongo_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A MongoDB wire-protocol server: the one named by CRAWLTASKS_TEST_MONGO_URL, else SecantusDB."""
+    given = os.environ.get("CRAWLTASKS_TEST_MONGO_URL")
+    if given:
+        yield given
+        return
+    root = tmp_path_factory.mktemp("mongo")
+    uri_file = root / "uri"
+    proc = subprocess.Popen([sys.executable, "-m", "crawltasks.embedded", "mongo", str(root / "data"), str(uri_file)],
+                            stdout=subprocess.DEVNULL, stderr=(root / "log").open("wb"))
+    deadline = time.monotonic() + 30
+    while not (uri_file.exists() and uri_file.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"SecantusDB did not start: {(root / 'log').read_text()[-2000:]}")
+        time.sleep(0.05)
+    yield uri_file.read_text().strip()
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str, mongo_url: str) -> Settings:
+    db = f"crawltasks_test_{os.getpid()}"
+    yield Settings(broker_url=redis_url, redis_url=redis_url, mongo_url=mongo_url, mongo_db=db,
+                   spider_modules=["tests.spiders"])
+    client = pymongo.MongoClient(mongo_url)
+    client.drop_database(db)
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def rt(settings: Settings) -> runtime.Runtime:
+    """This process's runtime (workers in this process share it), pointed at the test services."""
+    use_broker(settings.broker_url)
+    current = runtime.configure(settings)
+    current.storage.ensure_indexes()
+    return current
+
+
+@pytest.fixture(scope="module")
+def worker(rt: runtime.Runtime) -> InProcessWorker:
+    """A real Celery worker (thread pool) consuming every crawltasks queue from the test Redis."""
+    w = InProcessWorker(app, concurrency=4, loglevel="WARNING")
+    w.start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def crawl_id() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def basic_server() -> SiteServer:
+    server = serve(basic_site())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return Path(__file__).resolve().parent.parent

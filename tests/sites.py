@@ -1,0 +1,149 @@
+"""Fixture web sites served by a real HTTP server on 127.0.0.1 (port 0), with a log of every request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAST = dict(host_delay=0.0, host_concurrency=8, retry_base=0.05, retry_cap=0.5, timeout=5.0)
+"""Crawl options for local fixture sites: politeness lifted explicitly, retries quick."""
+
+# A route returns (status, headers, body) for a request path.
+Route = Callable[["SiteServer", str], tuple[int, dict[str, str], bytes]]
+
+
+@dataclass
+class Hit:
+    path: str
+    started: float
+    ended: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class SiteServer:
+    """A threaded HTTP server whose pages are Python callables; records each request with times."""
+
+    def __init__(self, routes: dict[str, Route] | None = None) -> None:
+        self.routes: dict[str, Route] = dict(routes or {})
+        self.hits: list[Hit] = []
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                hit = Hit(self.path, time.monotonic(), headers={k.lower(): v for k, v in self.headers.items()})
+                with owner._lock:
+                    owner.hits.append(hit)
+                    owner.counts[self.path] = owner.counts.get(self.path, 0) + 1
+                route = owner.routes.get(self.path) or owner.routes.get(self.path.split("?")[0])
+                status, headers, body = route(owner, self.path) if route else (404, {}, b"not found")
+                self.send_response(status)
+                headers = {"Content-Type": "text/html; charset=utf-8", **headers}
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                hit.ended = time.monotonic()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def start(self) -> SiteServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def fetched_paths(self) -> list[str]:
+        with self._lock:
+            return [h.path for h in self.hits]
+
+
+def html(title: str, links: list[str] = (), extra: str = "") -> bytes:
+    anchors = "".join(f'<a href="{href}">link</a> ' for href in links)
+    return f"<!doctype html><html><head><title>{title}</title></head><body>{anchors}{extra}</body></html>".encode()
+
+
+def page(title: str, links: list[str] = (), extra: str = "") -> Route:
+    body = html(title, links, extra)
+    return lambda server, path: (200, {}, body)
+
+
+def redirect(location: str, status: int = 301) -> Route:
+    return lambda server, path: (status, {"Location": location}, b"")
+
+
+def status(code: int, headers: dict[str, str] | None = None) -> Route:
+    return lambda server, path: (code, dict(headers or {}), f"status {code}".encode())
+
+
+def flaky(failures: int, then: Route, code: int = 500) -> Route:
+    """Fails with `code` for the first `failures` requests, then serves `then`."""
+    def route(server: SiteServer, path: str):
+        if server.counts.get(path, 0) <= failures:
+            return code, {}, b"temporarily broken"
+        return then(server, path)
+    return route
+
+
+PDF = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+
+
+def basic_site() -> dict[str, Route]:
+    """A few dozen pages: cycles, duplicate links spelt differently, a redirect, 404, flaky and dead 500s,
+    a PDF, off-site and unfollowable links."""
+    routes: dict[str, Route] = {}
+    n = 30
+    for i in range(n):
+        links = [f"/p/{(i + 1) % n}", f"/p/{(i * 7) % n}", "/"]
+        routes[f"/p/{i}"] = page(f"Page {i}", links)
+    routes["/"] = page("Home", [
+        "/p/0", "/p/0#top", "/p/0?", "p/1", "./p/2", "/p/../p/3", "HTTP://127.0.0.1:{port}/p/4",
+        "/moved", "/missing", "/flaky", "/dead", "/doc.pdf", "/q?b=2&a=1", "/q?a=1&b=2",
+        "mailto:someone@example.com", "javascript:void(0)", "data:text/html,hi", "http://offsite.invalid/x",
+    ])
+    routes["/moved"] = redirect("/target")
+    routes["/target"] = page("Target", ["/p/5"])
+    routes["/flaky"] = flaky(2, page("Flaky recovered"))
+    routes["/dead"] = status(500)
+    routes["/doc.pdf"] = lambda s, p: (200, {"Content-Type": "application/pdf"}, PDF)
+    routes["/q"] = page("Query", [])
+    return routes
+
+
+def expected_basic_paths() -> set[str]:
+    """Paths the basic site stores as pages (final URLs)."""
+    return {"/", *(f"/p/{i}" for i in range(30)), "/target", "/flaky", "/doc.pdf", "/q?a=1&b=2"}
+
+
+def serve(routes: dict[str, Route]) -> SiteServer:
+    """Start a server; a route body may contain '{port}', filled with the server's port."""
+    server = SiteServer()
+    for path, route in routes.items():
+        server.routes[path] = _fill_port(route, server.port)
+    return server.start()
+
+
+def _fill_port(route: Route, port: int) -> Route:
+    def filled(server: SiteServer, path: str):
+        code, headers, body = route(server, path)
+        return code, headers, body.replace(b"{port}", str(port).encode())
+    return filled
