@@ -147,7 +147,7 @@ def summary(stats: dict[str, Any]) -> str:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from .crawl import start_crawl
+    from .crawl import check_seeds, start_crawl
 
     if not args.urls and not args.spider:
         raise UsageError("give at least one URL, or --spider NAME with start_urls")
@@ -155,6 +155,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         raise UsageError("--detach goes with --no-worker")
     if args.no_worker and not os.environ.get(ENV_BROKER):
         raise UsageError(f"--no-worker needs external workers: set {ENV_BROKER} (and the Redis/Mongo URLs)")
+    try:
+        check_seeds(args.urls)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     with services(args) as (settings, _embedded):
         from .celeryapp import app, use_broker
 

@@ -115,11 +115,14 @@ def build_options(spider_cls: type[Spider], seeds: list[str], options: dict[str,
     return CrawlOptions(**merged)
 
 
-def start_crawl(seeds: str | Iterable[str] | type[Spider] | None = None, *, spider: str | type[Spider] | None = None,
+Seeds = str | Request | Iterable[str | Request] | type[Spider] | None
+
+
+def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None,
                 crawl_id: str | None = None, rt: Runtime | None = None, **options: Any) -> Crawl:
     """Start (or continue) a crawl and return its handle at once; workers do the crawling.
 
-    ``seeds`` is a URL, a list of URLs, or a Spider subclass (its ``start_urls`` are the seeds).
+    ``seeds`` is a URL or Request, a list of them, or a Spider subclass (its ``start_requests()``).
     Options are the fields of ``CrawlOptions``. Starting a crawl id again continues it with its
     saved options: pages already stored are not fetched twice.
     """
@@ -129,9 +132,9 @@ def start_crawl(seeds: str | Iterable[str] | type[Spider] | None = None, *, spid
     if isinstance(spider, str):
         spider = resolve_spider(spider, rt.settings.spider_modules)
     spider_cls: type[Spider] = spider or SiteSpider
-    urls = [seeds] if isinstance(seeds, str) else list(seeds or [])
-    requests = [Request(url=u) for u in urls]
-    if not urls:
+    given = [seeds] if isinstance(seeds, str | Request) else list(seeds or [])
+    requests = [s if isinstance(s, Request) else Request(url=s) for s in given]
+    if not requests:
         requests = list(spider_cls().start_requests())
     if not requests:
         raise ValueError("nothing to crawl: give seed URLs or a spider with start_urls")

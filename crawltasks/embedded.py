@@ -131,9 +131,13 @@ class InProcessWorker:
         if not self._started.wait(timeout):
             raise EmbeddedError("the in-process Celery worker did not start")
 
-    def stop(self, timeout: float = 15) -> None:
-        self.worker.stop(in_sighandler=False)
+    def stop(self, timeout: float = 30) -> None:
+        """Ask the worker's own loop to shut down (closing it from this thread races with the loop)."""
+        from celery.worker import state
+
+        state.should_terminate = 0
         self._thread.join(timeout)
+        state.should_terminate = None
 
 
 def _serve_mongo(storage: str, uri_file: str) -> None:

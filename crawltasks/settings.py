@@ -64,6 +64,8 @@ class CrawlOptions:
     store_html: bool = False
     store_text: bool = False
     fingerprint_meta: list[str] = field(default_factory=list)
+    allow_private: bool = False  # let links and redirects reach private/loopback/link-local addresses
+    private_hosts: list[str] | None = None  # hosts allowed although private: the seeds' own (filled at start)
     body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
 
     def __post_init__(self) -> None:

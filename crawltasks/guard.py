@@ -1,0 +1,164 @@
+"""The SSRF guard: a crawl must not be steered by the pages it reads into the network it runs in.
+
+A link or a redirect whose host resolves to a loopback, private, link-local, shared, reserved,
+multicast or unspecified address (the cloud metadata endpoint 169.254.169.254 among them) is refused,
+unless the crawl allows it: ``allow_private`` allows every such address, and ``private_hosts`` names
+the hosts a crawl may reach although they are private (the seeds' own hosts when they are private).
+
+The check runs on the resolved addresses (``socket.getaddrinfo``), so a public-looking name pointing
+inside, or an IP written in decimal, octal or IPv6-mapped form, is caught as well. It is a pure
+decision given a resolver; ``fetch.fetch_one`` calls it before connecting and on every redirect hop.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], list[str]]
+
+METADATA_ADDRESSES = frozenset({
+    ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack, ...
+    ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
+    ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+})
+# Ranges that ``is_global`` calls global but which carry an embedded IPv4 address or are not routable.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+class Refused(Exception):
+    """The URL may not be fetched by this crawl; the message says why."""
+
+
+class ResolutionFailed(Exception):
+    """The host name could not be resolved; the message says why."""
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What a crawl may reach although it is not public."""
+
+    allow_private: bool = False
+    private_hosts: frozenset[str] = frozenset()  # "host" (any port) or "host:port"
+
+    @classmethod
+    def of(cls, options: Any) -> Allowance:
+        """The allowance of a crawl's options, read defensively (older saved options lack the fields).
+
+        ``private_hosts`` unset (None) falls back to the crawl's exact ``allowed_domains`` host names,
+        which default to the seeds' hosts: a crawl of a site on a private address keeps working.
+        """
+        allow = bool(getattr(options, "allow_private", False))
+        hosts = getattr(options, "private_hosts", None)
+        if hosts is None:
+            hosts = getattr(options, "allowed_domains", None) or ()
+        return cls(allow, frozenset(_norm_host(h) for h in hosts if h))
+
+    def allows_host(self, host: str, port: int | None) -> bool:
+        host = _norm_host(host)
+        return host in self.private_hosts or (port is not None and f"{host}:{port}" in self.private_hosts)
+
+
+def _norm_host(host: str) -> str:
+    return host.strip().lower().rstrip(".").strip("[]")
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address the system resolver gives for host (IPv4 and IPv6)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OSError) as exc:
+        raise ResolutionFailed(f"cannot resolve {host!r}: {exc}") from None
+    return [info[4][0] for info in infos]
+
+
+def non_public_reason(addr: Address) -> str | None:
+    """Why an address is not a public unicast one, or None when it is."""
+    if addr in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.scope_id:
+            return "a scoped IPv6 address"
+        embedded = addr.ipv4_mapped or addr.sixtofour or (addr.teredo[1] if addr.teredo else None)
+        if embedded is None and (addr in _NAT64 or addr in _NAT64_LOCAL):
+            embedded = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        if embedded is not None:
+            inner = non_public_reason(embedded)
+            return f"an IPv6 address embedding {embedded} ({inner})" if inner else None
+    checks = (
+        ("is_loopback", "a loopback address"),
+        ("is_link_local", "a link-local address"),
+        ("is_unspecified", "the unspecified address"),
+        ("is_multicast", "a multicast address"),
+        ("is_private", "a private address"),
+        ("is_reserved", "a reserved address"),
+    )
+    for attr, reason in checks:
+        if getattr(addr, attr):
+            return reason
+    if not addr.is_global:
+        return "a non-global address"
+    return None
+
+
+def check_url(url: str, allowance: Allowance, resolver: Resolver = system_resolver) -> list[str]:
+    """Refuse (raise Refused) when url's host resolves to any non-public address the crawl does not allow.
+
+    Every resolved address must pass, so a name with one public and one private record is refused.
+    Returns the addresses checked ([] when nothing needed checking). Raises ResolutionFailed when the
+    host cannot be resolved.
+    """
+    if allowance.allow_private:
+        return []
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError as exc:
+        raise Refused(f"unparsable URL: {exc}") from None
+    if not host:
+        raise Refused("URL has no host")
+    if allowance.allows_host(host, port):
+        return []
+    port = port or (443 if parts.scheme == "https" else 80)
+    addresses = [host] if _is_ip_literal(host) else resolver(host, port)
+    if not addresses:
+        raise ResolutionFailed(f"no address for {host!r}")
+    for text in addresses:
+        addr = ipaddress.ip_address(text.split("%", 1)[0])
+        reason = non_public_reason(addr)
+        if reason:
+            shown = host if str(addr) == host else f"{host} ({addr})"
+            raise Refused(f"{shown} is {reason}; the crawl does not allow it (allow_private / private_hosts)")
+    return addresses
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def private_seed_hosts(urls: Iterable[str], resolver: Resolver = system_resolver) -> list[str]:
+    """The hosts of seed URLs that resolve to non-public addresses: what a crawl allows itself.
+
+    Meant for crawl start (``private_hosts``). An unresolvable seed host is left out: it fails on its own.
+    """
+    hosts: set[str] = set()
+    for url in urls:
+        try:
+            check_url(url, Allowance(), resolver)
+        except Refused:
+            host = urlsplit(url).hostname
+            if host:
+                hosts.add(_norm_host(host))
+        except (ResolutionFailed, ValueError):
+            continue
+    return sorted(hosts)

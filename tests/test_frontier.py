@@ -1,0 +1,46 @@
+from crawltasks.frontier import backoff, dispatch, interleave_hosts, plan_requests
+from crawltasks.models import Request
+from crawltasks.settings import CrawlOptions
+
+
+def test_plan_filters_by_depth_domain_and_scheme_and_keeps_invalid_urls_to_fail_once():
+    opts = CrawlOptions(max_depth=1, allowed_domains=["site.com"])
+    reqs = [
+        Request("http://site.com/a", depth=1), Request("http://sub.site.com/b", depth=0),
+        Request("http://site.com/deep", depth=2), Request("http://other.com/", depth=0),
+        Request("ftp://site.com/f"), Request("http://site.com:99999/bad"),
+    ]
+    plan = plan_requests(reqs, opts)
+    assert [r.url for r in plan.accepted] == ["http://site.com/a", "http://sub.site.com/b", "http://site.com:99999/bad"]
+    assert dict(plan.filtered) == {"depth": 1, "offsite": 1, "scheme": 1}
+    assert all(len(r.fp) == 40 for r in plan.accepted)
+
+
+def test_depth_limit_is_inclusive_and_none_means_unlimited():
+    assert len(plan_requests([Request("http://s.com/", depth=3)], CrawlOptions(max_depth=3)).accepted) == 1
+    assert len(plan_requests([Request("http://s.com/", depth=99)], CrawlOptions()).accepted) == 1
+
+
+def test_dispatch_batches_by_priority_and_mixes_hosts():
+    sent = []
+    reqs = [Request(f"http://a.com/{i}") for i in range(5)] + [Request(f"http://b.com/{i}") for i in range(3)]
+    reqs += [Request("http://c.com/urgent", priority="high")]
+    n = dispatch("c1", reqs, 4, lambda cid, prio, batch, cd: sent.append((prio, [r.url for r in batch])))
+    assert n == 3
+    assert sent[0] == ("high", ["http://c.com/urgent"])
+    assert sent[1][1] == ["http://a.com/0", "http://b.com/0", "http://a.com/1", "http://b.com/1"]
+    assert sum(len(b) for _, b in sent) == 9
+
+
+def test_interleave_keeps_each_hosts_order():
+    reqs = [Request(u) for u in ("http://a/1", "http://a/2", "http://b/1", "http://a/3")]
+    assert [r.url for r in interleave_hosts(reqs)] == ["http://a/1", "http://b/1", "http://a/2", "http://a/3"]
+
+
+def test_backoff_grows_honours_retry_after_and_stays_under_the_cap():
+    opts = CrawlOptions(retry_base=1.0, retry_cap=30.0)
+    assert 0.8 <= backoff(0, opts) <= 1.2
+    assert 6.4 <= backoff(3, opts) <= 9.6
+    assert backoff(20, opts) == 30.0
+    assert backoff(0, opts, retry_after=12) >= 12
+    assert backoff(0, opts, retry_after=3600) == 30.0

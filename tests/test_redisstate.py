@@ -1,0 +1,94 @@
+"""The Lua transitions against the real Redis: atomic dedupe, once-only finish, the shared host gate."""
+
+import threading
+import uuid
+
+import pytest
+
+from crawltasks.redisstate import RedisState
+
+
+@pytest.fixture
+def state(redis_url):
+    s = RedisState.from_url(redis_url)
+    yield s
+    s.r.close()
+
+
+@pytest.fixture
+def cid(state):
+    crawl_id = f"u-{uuid.uuid4().hex[:8]}"
+    state.create_crawl(crawl_id, {}, [])
+    yield crawl_id
+    state.delete_crawl(crawl_id)
+
+
+def test_check_and_add_is_atomic_across_concurrent_clients(redis_url, cid):
+    fps = [f"{i:040x}" for i in range(500)]
+    wins: list[int] = []
+
+    def race():
+        s = RedisState.from_url(redis_url)
+        wins.append(sum(s.schedule(cid, fps, [False] * len(fps))))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(wins) == 500
+    stats = RedisState.from_url(redis_url).stats(cid)
+    assert (stats["scheduled"], stats["pending"], stats["duplicates"]) == (500, 500, 3500)
+
+
+def test_dont_filter_schedules_again(state, cid):
+    assert state.schedule(cid, ["a", "a"], [False, False]) == [True, False]
+    assert state.schedule(cid, ["a"], [True]) == [True]
+    assert state.stats(cid)["scheduled"] == 2
+
+
+def test_finish_counts_each_ticket_once_and_fires_completion_once(state, cid):
+    state.schedule(cid, ["a", "b", "c"], [False] * 3)
+    assert state.finish(cid, [("a", "stored")]) == (1, False)
+    assert state.finish(cid, [("a", "stored"), ("b", "failed")]) == (1, False)  # replay of a is ignored
+    assert state.finish(cid, [("c", "skipped")]) == (1, True)
+    assert state.finish(cid, [("c", "skipped")]) == (0, False)
+    assert state.check_finished(cid) is False
+    stats = state.stats(cid)
+    assert (stats["stored"], stats["failed"], stats["skipped"], stats["pending"]) == (1, 1, 1, 0)
+    assert state.crawl_meta(cid)["state"] == "finished"
+    assert state.outcome_of(cid, "a") == "stored"
+
+
+def test_nothing_scheduled_finishes_at_once(state, cid):
+    assert state.check_finished(cid) is True
+
+
+def test_unknown_outcome_is_refused(state, cid):
+    with pytest.raises(ValueError):
+        state.finish(cid, [("a", "lost")])
+
+
+def test_host_gate_limits_parallelism_and_spaces_requests(state):
+    host = f"h-{uuid.uuid4().hex[:6]}:80"
+    t1, _ = state.acquire_host(host, limit=2, delay=0)
+    t2, _ = state.acquire_host(host, limit=2, delay=0)
+    t3, wait = state.acquire_host(host, limit=2, delay=0)
+    assert t1 and t2 and t3 is None and wait > 0
+    state.release_host(host, t1)
+    t4, _ = state.acquire_host(host, limit=2, delay=0)
+    assert t4
+    other = f"h-{uuid.uuid4().hex[:6]}:80"
+    first, _ = state.acquire_host(other, limit=5, delay=10)
+    second, wait = state.acquire_host(other, limit=5, delay=10)
+    assert first and second is None and 9 < wait <= 10
+
+
+def test_expired_leases_free_their_slot(state):
+    host = f"h-{uuid.uuid4().hex[:6]}:80"
+    token, _ = state.acquire_host(host, limit=1, delay=0, lease=0.05)
+    assert token
+    import time
+    time.sleep(0.1)
+    again, _ = state.acquire_host(host, limit=1, delay=0)
+    assert again

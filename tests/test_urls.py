@@ -1,0 +1,52 @@
+import pytest
+
+from crawltasks.urls import InvalidURL, canonicalize, fingerprint, host_key, in_domains, raw_fingerprint
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("HTTP://Example.COM:80/a?b=2&a=1#frag", "http://example.com/a?a=1&b=2"),
+    ("https://x.com:443", "https://x.com/"),
+    ("https://x.com:8443/p", "https://x.com:8443/p"),
+    ("http://x.com/%7Euser/", "http://x.com/~user/"),
+    ("http://x.com/a b", "http://x.com/a%20b"),
+    ("  http://x.com/p  ", "http://x.com/p"),
+    ("http://bücher.de/x", "http://xn--bcher-kva.de/x"),
+])
+def test_canonical_form(url, expected):
+    assert canonicalize(url) == expected
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://x.com/f", "javascript:void(0)", "mailto:a@b.c", "data:text/html,hi", "/relative",
+    "http://x.com:99999/", "http:///nohost", "http://exa mple.com/",
+])
+def test_unfetchable_urls_are_rejected_with_a_reason(url):
+    with pytest.raises(InvalidURL) as info:
+        canonicalize(url)
+    assert str(info.value)
+
+
+def test_spellings_of_one_page_share_a_fingerprint():
+    spellings = ["http://Example.com/p?b=1&a=2", "http://example.com:80/p?a=2&b=1#x", "HTTP://EXAMPLE.COM/p?a=2&b=1"]
+    assert len({fingerprint(canonicalize(u)) for u in spellings}) == 1
+
+
+def test_fingerprint_depends_on_method_and_chosen_meta_only():
+    url = canonicalize("http://x.com/")
+    assert fingerprint(url, "GET") != fingerprint(url, "POST")
+    a = fingerprint(url, meta={"page": 1, "noise": "a"}, meta_fields=["page"])
+    b = fingerprint(url, meta={"page": 1, "noise": "b"}, meta_fields=["page"])
+    c = fingerprint(url, meta={"page": 2}, meta_fields=["page"])
+    assert a == b != c
+    assert fingerprint(url, meta={"page": 1}) == fingerprint(url)
+    assert len(fingerprint(url)) == 40
+    assert raw_fingerprint("http://x.com:99999/") != raw_fingerprint("http://x.com:99998/")
+
+
+def test_domains_and_hosts():
+    assert in_domains("example.com", ["example.com"])
+    assert in_domains("blog.example.com", ["example.com"])
+    assert not in_domains("badexample.com", ["example.com"])
+    assert not in_domains("example.com.evil.org", ["example.com"])
+    assert host_key("https://A.com/x") == "a.com:443"
+    assert host_key("http://a.com:8080/x") == "a.com:8080"
