@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -79,19 +78,28 @@ def build_parser() -> Parser:
     c.add_argument("--detach", action="store_true", help="with --no-worker: print the crawl id and return")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress line")
 
-    s = sub.add_parser("stats", help="counters of a crawl")
+    s = sub.add_parser("stats", help="counters of a crawl; --watch for a live view")
     s.add_argument("crawl_id")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--watch", "-w", action="store_true",
+                   help="live view (counters, pages/s, in flight, failures by reason, hosts, ETA) until it finishes")
+    s.add_argument("--interval", type=non_negative_float, default=1.0, help="seconds between readings (--watch)")
 
     e = sub.add_parser("export", help="write a crawl's pages as JSON Lines")
     e.add_argument("crawl_id")
     e.add_argument("--output", "-o", required=True)
 
+    for name, text in (("pause", "stop fetching on every worker; queued batches are parked"),
+                       ("resume", "continue a paused crawl"),
+                       ("cancel", "stop a crawl for good; it finishes as cancelled")):
+        sub.add_parser(name, help=text).add_argument("crawl_id")
+
     f = sub.add_parser("failures", help="list a crawl's failed URLs")
     f.add_argument("crawl_id")
     f.add_argument("--reason", help="only this reason, e.g. http_404 or timeout")
 
-    sub.add_parser("list", help="crawls known to Redis")
+    ls = sub.add_parser("list", help="crawls known to Redis, with their state")
+    ls.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 
@@ -121,23 +129,6 @@ def services(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
             yield emb.settings, True
         finally:
             rt.close()
-
-
-def progress_printer(quiet: bool):
-    tty = sys.stderr.isatty()
-    last = [0.0]
-
-    def show(stats: dict[str, Any]) -> None:
-        now = time.monotonic()
-        if quiet or (not tty and now - last[0] < 5):
-            return
-        last[0] = now
-        rate = stats["stored"] / stats["elapsed"] if stats.get("elapsed") else 0.0
-        line = (f"{stats['crawl_id']}: stored {stats['stored']}  failed {stats['failed']}  "
-                f"pending {stats['pending']}  {rate:.1f} pages/s")
-        print(("\r" + line + "\033[K") if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
-
-    return show
 
 
 def summary(stats: dict[str, Any]) -> str:
@@ -179,12 +170,13 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             if args.detach:
                 print(crawl.id)
                 return 0
-            crawl.wait(progress=progress_printer(args.quiet), poll=0.25)
+            from .monitor import CrawlProgress
+
+            with CrawlProgress(quiet=args.quiet) as progress:
+                crawl.wait(progress=progress, poll=0.25)
         finally:
             if worker is not None:
                 worker.stop()
-        if not args.quiet and sys.stderr.isatty():
-            print(file=sys.stderr)
         stats = crawl.stats()
         print(summary(stats))
         if args.output:
@@ -196,10 +188,17 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from .crawl import Crawl
 
+    if args.watch and args.json:
+        raise UsageError("--watch and --json do not go together")
     with services(args):
         crawl = Crawl(args.crawl_id)
         if not crawl.exists:
             raise UsageError(f"no crawl named {args.crawl_id!r}")
+        if args.watch:
+            from .monitor import watch
+
+            watch(args.crawl_id, interval=max(0.1, args.interval))
+            return 0
         stats = crawl.stats()
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
@@ -236,17 +235,34 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .crawl import Crawl
+    from .monitor import list_rows, render_list
 
     with services(args):
-        for crawl_id in runtime.current().state.crawl_ids():
-            stats = Crawl(crawl_id).stats()
-            print(f"{crawl_id}  {stats['state']:<9} stored {stats['stored']}  failed {stats['failed']}  "
-                  f"pending {stats['pending']}")
+        rows = list_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(render_list(rows))
     return 0
 
 
-COMMANDS = {"crawl": cmd_crawl, "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list}
+def cmd_control(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        changed = getattr(crawl, args.command)()
+        state = crawl.stats()["state"]
+    print(f"{args.crawl_id}: {state}" + ("" if changed else f" (unchanged: cannot {args.command} a {state} crawl)"))
+    return 0
+
+
+COMMANDS = {"pause": cmd_control, "resume": cmd_control, "cancel": cmd_control, "crawl": cmd_crawl,
+            "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -11,7 +12,9 @@ from typing import Any
 
 from . import runtime
 from .frontier import schedule
+from .guard import private_seed_hosts
 from .models import Request
+from .robots import Robots, origin_of
 from .runtime import Runtime
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
@@ -78,6 +81,27 @@ class Crawl:
         """Documents stored in Mongo for this crawl."""
         return {name: self.rt.storage.count(name, self.id) for name in (PAGES, ITEMS, FAILURES)}
 
+    # --- control, on every worker within a batch ---------------------------------------------
+    def pause(self) -> bool:
+        """Stop fetching: batches reaching a worker are parked in Redis until resume()."""
+        return self.rt.state.control(self.id, ["running"], "paused")[0]
+
+    def resume(self) -> bool:
+        """Continue a paused crawl: parked batches go back on their queues."""
+        from .tasks import send_batch
+
+        changed, parked = self.rt.state.control(self.id, ["paused"], "running")
+        for raw in parked:
+            batch = [Request.from_dict(r) for r in json.loads(raw)]
+            send_batch(self.id, batch[0].priority, batch)
+        return changed
+
+    def cancel(self) -> bool:
+        """Stop the crawl for good: what is queued ends as skipped; the crawl then finishes, cancelled."""
+        from .pipeline import cancel
+
+        return cancel(self.rt, self.id)
+
     def export(self, path: str, items: bool = True) -> tuple[int, int]:
         """Write the crawl's pages (and items) as JSON Lines; returns (pages, items)."""
         return export_crawl(self.rt.storage, self.id, path, items)
@@ -112,6 +136,8 @@ def build_options(spider_cls: type[Spider], seeds: list[str], options: dict[str,
     merged["spider"] = spider_cls.ref()
     if merged.get("allowed_domains") is None:
         merged["allowed_domains"] = sorted({host_of(u) for u in seeds})
+    if merged.get("private_hosts") is None:
+        merged["private_hosts"] = private_seed_hosts(seeds)  # a local seed may be crawled, nothing else local
     return CrawlOptions(**merged)
 
 
@@ -148,6 +174,10 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
         state.reopen(crawl_id)
     from .tasks import send_batch  # the Celery side is only needed once something is sent
 
+    if opts.sitemap_from_robots:
+        robots = Robots(state, opts)
+        origins = {origin_of(r.url): r.url for r in requests}
+        requests += [Request(url=s) for url in origins.values() for s in robots.sitemaps(url)]
     schedule(state, crawl_id, requests, opts, send_batch)
     state.check_finished(crawl_id)
     return Crawl(crawl_id, rt)

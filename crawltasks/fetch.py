@@ -4,20 +4,26 @@ the shared per-host gate. A host that is busy is not waited for long: its reques
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import socket
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from . import identity
+from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
-from .redisstate import RedisState
 from .settings import CrawlOptions
-from .urls import InvalidURL, canonicalize, fingerprint, host_key
+from .urls import InvalidURL, canonicalize, fingerprint, join
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 MAX_GATE_WAIT = 2.0  # seconds a fetch task waits for busy hosts before it defers their requests
@@ -26,12 +32,97 @@ CHUNK = 64 * 1024
 _local = threading.local()
 
 
+class _Watch:
+    """The connection one fetch is using, so that the total time cap can cut it.
+
+    A socket timeout bounds each read, not the response: a server that drips a byte every second
+    (in the headers or the body) would hold a fetch for ever. At the deadline the watch shuts the
+    socket down, which wakes the blocked read at once.
+    """
+
+    def __init__(self) -> None:
+        self.conn: HTTPConnection | None = None
+        self.expired = False
+        self._lock = threading.Lock()
+
+    def attach(self, conn: HTTPConnection) -> None:
+        with self._lock:
+            self.conn = conn
+            expired = self.expired
+        if expired:
+            _shutdown(conn)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            conn = self.conn
+        if conn is not None:
+            _shutdown(conn)
+
+
+def _shutdown(conn: HTTPConnection) -> None:
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed: nothing to cut
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class _WatchedMixin:
+    """Registers the connection with the calling thread's watch when a request starts on it."""
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        self._attach()
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        self._attach()
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def _attach(self) -> None:
+        watch = getattr(_local, "watch", None)
+        if watch is not None:
+            watch.attach(self)  # type: ignore[arg-type]
+
+
+class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedMixin, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """HTTPAdapter whose connections (direct or through a proxy) can be cut by the time cap."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_WATCHED_POOLS)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if proxy.lower().startswith("http"):
+            manager.pool_classes_by_scheme = dict(_WATCHED_POOLS)
+        return manager
+
+
 def session() -> requests.Session:
     """One pooled session per thread: connections are reused, sessions are not shared."""
     s = getattr(_local, "session", None)
     if s is None:
         s = requests.Session()
-        adapter = HTTPAdapter(pool_connections=32, pool_maxsize=32, max_retries=0)
+        adapter = _Adapter(pool_connections=32, pool_maxsize=32, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)
         _local.session = s
@@ -46,7 +137,13 @@ class Body:
     truncated: bool
 
 
+class TooSlow(Exception):
+    """The response did not complete within the total time cap."""
+
+
 def _read_capped(resp: requests.Response, max_size: int, deadline: float) -> Body:
+    """Stream the decoded body, stopping at max_size: a compression bomb is never inflated past it
+    (urllib3 2 decompresses at most one chunk's worth of output per read)."""
     chunks, size = [], 0
     for chunk in resp.iter_content(CHUNK):
         chunks.append(chunk)
@@ -54,7 +151,7 @@ def _read_capped(resp: requests.Response, max_size: int, deadline: float) -> Bod
         if size > max_size:
             return Body(b"".join(chunks)[:max_size], True)
         if time.monotonic() > deadline:
-            raise TimeoutError("response took longer than the total time cap")
+            raise TooSlow("response took longer than the total time cap")
     return Body(b"".join(chunks), False)
 
 
@@ -81,41 +178,86 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
 def fetch_one(request: Request, options: CrawlOptions) -> tuple[Fetched, bytes | None]:
-    """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one)."""
+    """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one).
+
+    Redirects are followed here, hop by hop, so that each hop is canonicalized, checked for loops
+    and checked by the SSRF guard before anything connects to it. ``options.timeout`` caps the whole
+    fetch, every hop and every byte included.
+    """
+    watch = _Watch()
+    timer = threading.Timer(options.timeout, watch.expire)
+    timer.daemon = True
+    _local.watch = watch
+    timer.start()
+    try:
+        return _fetch(request, options, watch)
+    finally:
+        timer.cancel()
+        _local.watch = None
+
+
+def _fetch(request: Request, options: CrawlOptions, watch: _Watch) -> tuple[Fetched, bytes | None]:
     started = time.monotonic()
     deadline = started + options.timeout
     s = session()
-    s.max_redirects = options.max_redirects
-    headers = {"User-Agent": options.user_agent, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
-    if request.referer:
-        headers["Referer"] = request.referer
     try:
-        canonicalize(request.url)
-        with s.request(request.method, request.url, headers=headers, stream=True,
-                       timeout=(min(10.0, options.timeout), options.timeout), allow_redirects=True) as resp:
-            body = _read_capped(resp, options.max_size, deadline)
-            final_url = resp.url
-            status = resp.status_code
-            content_type = resp.headers.get("Content-Type", "")
-            retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
-    except InvalidURL as exc:
-        return _failure(request, "invalid_url", str(exc)), None
-    except requests.TooManyRedirects as exc:
-        return _failure(request, "too_many_redirects", str(exc)), None
-    except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema, requests.exceptions.InvalidHeader, UnicodeError) as exc:
-        return _failure(request, "invalid_url", str(exc)), None
-    except requests.exceptions.ContentDecodingError as exc:
-        return _failure(request, "decoding_error", str(exc)), None
-    except (requests.Timeout, TimeoutError) as exc:
-        return _failure(request, "timeout", str(exc) or "timed out", transient=True), None
-    except requests.exceptions.SSLError as exc:
-        return _failure(request, "ssl_error", str(exc)), None
-    except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-        return _failure(request, "connection_error", str(exc), transient=True), None
-    except requests.RequestException as exc:
-        return _failure(request, "request_error", f"{type(exc).__name__}: {exc}"), None
+        headers, cookies, proxies = identity.for_request(request, options)
+    except Exception as exc:  # noqa: BLE001 - a provider's failure is this request's, not the worker's
+        return _failure(request, "provider_error", f"{type(exc).__name__}: {exc}"), None
+    allowance = Allowance.of(options)
+    url, method, visited = request.url, request.method, []
+    try:
+        while True:
+            hop = len(visited)
+            where = f"redirect {hop} to " if hop else ""
+            try:
+                canonical = canonicalize(url)
+            except InvalidURL as exc:
+                return _failure(request, "invalid_url", f"{where}{url!r}: {exc}", url=_safe(url)), None
+            if canonical in visited:
+                chain = " -> ".join([*visited[visited.index(canonical):], canonical])
+                return _failure(request, "redirect_loop", f"redirect loop: {chain}", url=canonical), None
+            if hop > options.max_redirects:
+                return _failure(request, "too_many_redirects",
+                                f"more than {options.max_redirects} redirects (last: {canonical})",
+                                url=canonical), None
+            visited.append(canonical)
+            try:
+                check_url(canonical, allowance)
+            except Refused as exc:
+                return _failure(request, "ssrf_blocked", f"{where}{canonical}: {exc}", url=canonical), None
+            except ResolutionFailed as exc:
+                return _failure(request, "dns_error", str(exc), transient=True, url=canonical), None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TooSlow(f"no complete response within the total time cap ({options.timeout}s)")
+            with s.request(method, url, headers=headers, cookies=cookies, proxies=proxies or None,
+                           stream=True, allow_redirects=False,
+                           timeout=(min(10.0, remaining), remaining)) as resp:
+                target = s.get_redirect_target(resp) if resp.status_code in REDIRECT_STATUSES else None
+                if target:
+                    url = join(resp.url, target) or target
+                    if resp.status_code == 303 or (resp.status_code in (301, 302) and method == "POST"):
+                        method = "GET"
+                    continue
+                status = resp.status_code
+                content_type = resp.headers.get("Content-Type", "")
+                retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+                declared = _content_length(resp)
+                if status < 400 and declared is not None and declared > options.max_size:
+                    body = Body(b"", True)  # refused on the declared length, nothing read
+                else:
+                    body = _read_capped(resp, options.max_size, deadline)
+                final_url = resp.url
+            if watch.expired:  # a close-delimited body cut by the cap looks complete: it is not
+                raise TooSlow("response took longer than the total time cap")
+            break
+    except Exception as exc:  # noqa: BLE001 - every outcome becomes a recorded reason
+        return _classify(request, exc, watch, options), None
 
     elapsed = time.monotonic() - started
     try:
@@ -129,61 +271,60 @@ def fetch_one(request: Request, options: CrawlOptions) -> tuple[Fetched, bytes |
         return _failure(request, f"http_{status}", f"HTTP {status} from {final}",
                         transient=status in TRANSIENT_STATUSES, **common), None
     if body.truncated:
-        return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes)",
+        size = f"{declared} bytes declared" if declared and declared > options.max_size else "cut while streaming"
+        return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes; {size})",
                         **common), None
     return Fetched(request=request, fetched_at=_now(), truncated=False, **common), body.data
 
 
-@dataclass
-class BatchResult:
-    fetched: list[tuple[Fetched, bytes | None]]
-    deferred: list[Request]  # hosts were busy: to be fetched later
-    wait: float  # seconds until the busiest deferred host may be asked again
+def _content_length(resp: requests.Response) -> int | None:
+    """The declared Content-Length of the (encoded) body, if it is one number."""
+    value = resp.headers.get("Content-Length", "").strip()
+    return int(value) if value.isdigit() else None
 
 
-def fetch_batch(state: RedisState, requests_: list[Request], options: CrawlOptions,
-                max_gate_wait: float = MAX_GATE_WAIT) -> BatchResult:
-    """Fetch a batch concurrently, each request under its host's shared slot and delay.
+def _safe(url: str) -> str:
+    return url if len(url) <= 2000 else url[:2000] + "..."
 
-    Requests whose host stays busy past ``max_gate_wait`` are returned as deferred, so the
-    worker slot is not held asleep waiting for a slow or throttled host.
-    """
-    waiting = list(requests_)
-    results: list[tuple[Fetched, bytes | None]] = []
-    gate_deadline = time.monotonic() + max_gate_wait
-    running: set[Future] = set()
-    min_wait = 0.0
 
-    def run(req: Request, host: str, token: str) -> tuple[Fetched, bytes | None]:
-        try:
-            return fetch_one(req, options)
-        finally:
-            state.release_host(host, token)
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost error behind requests' and urllib3's wrappers."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = next((a for a in getattr(exc, "args", ()) if isinstance(a, BaseException)), None)
+        inner = inner or getattr(exc, "reason", None) or exc.__cause__ or exc.__context__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    return exc
 
-    with ThreadPoolExecutor(max_workers=min(options.fetch_threads, len(requests_) or 1)) as pool:
-        while waiting or running:
-            still_waiting, waits = [], []
-            gate_open = time.monotonic() < gate_deadline
-            for req in waiting:
-                if not gate_open or len(running) >= options.fetch_threads:
-                    still_waiting.append(req)
-                    continue
-                host = host_key(req.url)
-                token, wait_s = state.acquire_host(host, options.host_concurrency, options.host_delay,
-                                                   lease=options.timeout + 30)
-                if token is None:
-                    still_waiting.append(req)
-                    waits.append(wait_s)
-                    continue
-                running.add(pool.submit(run, req, host, token))
-            waiting = still_waiting
-            min_wait = min(waits) if waits else min_wait
-            if waiting and not gate_open and not running:
-                break
-            if running:
-                done, running = wait(running, timeout=min(max(min_wait, 0.01), 0.25) if waiting else None,
-                                     return_when=FIRST_COMPLETED)
-                results.extend(f.result() for f in done)
-            elif waiting:
-                time.sleep(min(max(min_wait, 0.01), 0.25, max(0.0, gate_deadline - time.monotonic()) + 0.01))
-    return BatchResult(fetched=results, deferred=waiting, wait=min_wait)
+
+def _classify(request: Request, exc: Exception, watch: _Watch, options: CrawlOptions) -> Fetched:
+    """A failure with a clear reason for whatever the fetch raised."""
+    if watch.expired or isinstance(exc, TooSlow):
+        return _failure(request, "too_slow", f"no complete response within the total time cap "
+                        f"({options.timeout}s): {exc}", transient=True)
+    if isinstance(exc, requests.TooManyRedirects):
+        return _failure(request, "too_many_redirects", str(exc))
+    if isinstance(exc, (InvalidURL, requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                        requests.exceptions.InvalidSchema, UnicodeError)):
+        return _failure(request, "invalid_url", str(exc))
+    if isinstance(exc, requests.exceptions.InvalidHeader):
+        return _failure(request, "bad_response", f"invalid header: {exc}")
+    if isinstance(exc, requests.exceptions.ContentDecodingError):
+        return _failure(request, "decoding_error", str(exc))
+    if isinstance(exc, (requests.Timeout, TimeoutError)):
+        return _failure(request, "timeout", str(exc) or "timed out", transient=True)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return _failure(request, "ssl_error", str(exc))
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return _failure(request, "incomplete_body", f"the connection ended inside the body: {exc}", transient=True)
+    cause = _root_cause(exc)
+    if isinstance(cause, http.client.HTTPException) and not isinstance(cause, ConnectionError):
+        return _failure(request, "bad_response", f"not a valid HTTP response: {type(cause).__name__}: {cause}")
+    if isinstance(exc, requests.ConnectionError):
+        return _failure(request, "connection_error", str(exc), transient=True)
+    if isinstance(exc, requests.RequestException):
+        return _failure(request, "request_error", f"{type(exc).__name__}: {exc}")
+    return _failure(request, "fetch_error", f"{type(exc).__name__}: {exc}")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .models import PRIORITIES, Request
-from .redisstate import RedisState
+from .redisstate import NEW, RedisState
 from .settings import CrawlOptions
 from .urls import FOLLOWED_SCHEMES, InvalidURL, canonicalize, fingerprint, host_of, in_domains, raw_fingerprint
 
@@ -43,6 +45,12 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
         if options.allowed_domains is not None and not in_domains(host_of(url), options.allowed_domains):
             plan.filtered["offsite"] += 1
             continue
+        if options.deny_patterns and any(re.search(p, url) for p in options.deny_patterns):
+            plan.filtered["denied"] += 1
+            continue
+        if options.allow_patterns and not any(re.search(p, url) for p in options.allow_patterns):
+            plan.filtered["not_allowed"] += 1
+            continue
         req.url = url
         req.fp = fingerprint(url, req.method, req.meta, options.fingerprint_meta)
         plan.accepted.append(req)
@@ -52,17 +60,32 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
 def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], options: CrawlOptions,
              send: Sender) -> int:
     """Filter, dedupe atomically and send new requests; returns how many were scheduled."""
+    if state.state_of(crawl_id) in ("cancelling", "cancelled"):
+        return 0
     plan = plan_requests(requests, options)
+    reqs = plan.accepted
+    if options.visit_ttl and reqs:
+        reqs = drop_recently_visited(state, options, reqs, plan)
     if plan.filtered:
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
-    reqs = plan.accepted
-    flags = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs])
-    fresh = [r for r, new in zip(reqs, flags, strict=True) if new]
+    verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
+                              [host_of(r.url) for r in reqs], options.max_pages, options.max_pages_per_host)
+    fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
     for r in fresh:
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
     dispatch(crawl_id, fresh, options.batch_size, send)
     return len(fresh)
+
+
+def drop_recently_visited(state: RedisState, options: CrawlOptions, reqs: list[Request], plan: Plan) -> list[Request]:
+    """Requests whose page an earlier crawl of the same spider stored less than visit_ttl ago are cut."""
+    stamps = state.visited_at(options.spider, [r.fp for r in reqs])
+    cutoff = time.time() - options.visit_ttl
+    kept = [r for r, at in zip(reqs, stamps, strict=True) if r.dont_filter or at is None or at < cutoff]
+    if len(kept) < len(reqs):
+        plan.filtered["recently_visited"] += len(reqs) - len(kept)
+    return kept
 
 
 def dispatch(crawl_id: str, requests: Sequence[Request], batch_size: int, send: Sender,

@@ -90,8 +90,8 @@ def extract_links(tree: etree._Element | None, url: str) -> list[str]:
         if not href or href.startswith("#") or href.lower().replace(" ", "").startswith(SKIPPED_SCHEMES):
             continue
         absolute = join(base, href)
-        if absolute is None:
-            continue
+        if absolute is None:  # unresolvable (e.g. "http://[::1"): passed on so it fails once, on record
+            absolute = href
         absolute = absolute.split("#", 1)[0]
         if absolute not in seen:
             seen.add(absolute)

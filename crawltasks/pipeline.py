@@ -1,8 +1,11 @@
 """The three stages as plain functions over JSON-safe values; the Celery tasks are thin wrappers.
 
-fetch_stage  -> {"crawl_id", "results": [Fetched]}; transient failures come back as retries
-parse_stage  -> {"crawl_id", "pages", "items", "failures", "skipped", "body_keys"}; new requests scheduled
+fetch_stage  -> results to parse; retries, deferrals (busy hosts) and parked batches (paused crawl)
+parse_stage  -> {"crawl_id", "pages", "items", "records", "skipped", "body_keys"}; follow-ups scheduled
 store_stage  -> bulk upserts, then the tickets are finished in Redis (and completion may fire)
+
+A request ends in exactly one outcome: stored, failed or skipped. Failures and the skips worth
+explaining (robots, hooks) are recorded in the failures collection with their reason.
 """
 
 from __future__ import annotations
@@ -10,21 +13,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .fetch import fetch_batch
 from .frontier import Sender, backoff, dispatch, schedule
 from .models import Fetched, Request
 from .parse import is_html
+from .politeness import HostGate, fetch_batch
+from .robots import DENY, WAIT, Robots
 from .runtime import Runtime
-from .spiders import Response
+from .sitemaps import looks_like_sitemap, parse_sitemap
+from .spiders import Response, Spider, StopCrawl
 from .store import FAILURES, ITEMS, PAGES
 
 log = logging.getLogger("crawltasks")
 
 TEXT_CAP = 200_000  # characters of visible text kept per page when a spider stores text
+SILENT_SKIPS = frozenset({"duplicate_redirect", "cancelled"})  # skipped without a record
+RECORDED_SKIPS = frozenset({"robots_disallowed", "skipped_by_hook"})  # skipped, with a record
 
 
 @dataclass
@@ -35,12 +43,65 @@ class FetchOutcome:
     defer_for: float = 0.0
 
 
+def _skip(req: Request, reason: str, message: str) -> Fetched:
+    return Fetched(request=req, error=reason, message=message, fetched_at=_now())
+
+
+def crawl_is_stopping(rt: Runtime, crawl_id: str) -> bool:
+    """True when the crawl is cancelled, or just ran past max_run_time (then it is cancelled)."""
+    state = rt.state.state_of(crawl_id)
+    if state in ("cancelling", "cancelled"):
+        return True
+    limit = rt.options(crawl_id).max_run_time
+    if limit and state in ("running", "paused"):
+        started = float(rt.state.crawl_meta(crawl_id).get("started_at", time.time()))
+        if time.time() - started > limit:
+            log.warning("crawl %s ran past max_run_time (%ss): cancelling", crawl_id, limit)
+            cancel(rt, crawl_id)
+            return True
+    return False
+
+
 def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcome:
     """Fetch a batch; park bodies in Redis; sort outcomes into results, retries and deferrals."""
-    options = rt.options(crawl_id)
-    state = rt.state
-    done = fetch_batch(state, batch, options)
-    out = FetchOutcome(deferred=done.deferred, defer_for=done.wait)
+    options, state = rt.options(crawl_id), rt.state
+    if state.state_of(crawl_id) == "paused" and state.park(crawl_id, json.dumps([r.to_dict() for r in batch])):
+        return FetchOutcome()
+    if crawl_is_stopping(rt, crawl_id):
+        return FetchOutcome(results=[_skip(r, "cancelled", "the crawl was cancelled") for r in batch])
+    spider = rt.spider(crawl_id)
+    out = FetchOutcome()
+    robots = Robots(state, options) if options.obey_robots else None
+    to_fetch: list[Request] = []
+    skips: dict[str, int] = {}
+    for req in batch:
+        try:
+            changed = spider.before_request(req)
+        except StopCrawl as exc:
+            cancel(rt, crawl_id, str(exc))
+            out.results.append(_skip(req, "cancelled", f"stopped by the spider: {exc}"))
+            continue
+        except Exception as exc:  # user code: its failure is this request's, not the worker's
+            out.results.append(Fetched(request=req, error="hook_error", message=f"before_request: {exc!r}",
+                                       fetched_at=_now()))
+            continue
+        if changed is None:
+            out.results.append(_skip(req, "skipped_by_hook", "before_request returned None"))
+            skips["skipped_by_hook"] = skips.get("skipped_by_hook", 0) + 1
+            continue
+        changed.fp, changed.ticket, changed.attempt = req.fp, req.ticket, req.attempt  # its identity stays
+        verdict = robots.verdict(changed.url) if robots else None
+        if verdict == DENY:
+            out.results.append(_skip(req, "robots_disallowed", f"robots.txt disallows {changed.url}"))
+            skips["skipped_robots"] = skips.get("skipped_robots", 0) + 1
+        elif verdict == WAIT:
+            out.deferred.append(req)
+            out.defer_for = 0.5
+        else:
+            to_fetch.append(changed)
+    done = fetch_batch(HostGate(state, options, robots.crawl_delay if robots else None), to_fetch, options)
+    out.deferred += done.deferred
+    out.defer_for = max(out.defer_for, done.wait)
     fetched = 0
     for result, body in done.fetched:
         req = result.request
@@ -55,7 +116,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
             out.retries.append((retry, backoff(req.attempt, options, result.retry_after)))
             continue
         out.results.append(result)
-    state.incr(crawl_id, fetched=fetched, retried=len(out.retries), deferred=len(out.deferred))
+    state.incr(crawl_id, fetched=fetched, retried=len(out.retries), deferred=len(out.deferred), **skips)
     return out
 
 
@@ -69,13 +130,14 @@ def send_later(crawl_id: str, outcome: FetchOutcome, batch_size: int, send: Send
         dispatch(crawl_id, outcome.deferred, batch_size, send, countdown=max(0.05, outcome.defer_for))
 
 
-def failure_doc(crawl_id: str, f: Fetched) -> dict[str, Any]:
+def record_doc(crawl_id: str, f: Fetched, outcome: str = "failed") -> dict[str, Any]:
+    """The failures-collection document of a request that ended failed (or skipped for a reason)."""
     req = f.request
     return {
-        "crawl_id": crawl_id, "fp": req.fp, "ticket": req.ticket, "url": req.url, "final_url": f.url,
-        "depth": req.depth,
-        "reason": f.error, "message": f.message, "status": f.status, "attempts": req.attempt + 1,
-        "transient": f.transient, "referer": req.referer, "failed_at": f.fetched_at or _now(),
+        "crawl_id": crawl_id, "fp": req.fp, "ticket": req.ticket, "outcome": outcome, "url": req.url,
+        "final_url": f.url, "depth": req.depth, "reason": f.error, "message": f.message, "status": f.status,
+        "attempts": req.attempt + 1, "transient": f.transient, "referer": req.referer,
+        "meta": req.meta, "failed_at": f.fetched_at or _now(),
     }
 
 
@@ -83,7 +145,7 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
     """Parse HTML pages with the crawl's spider, schedule what it follows, and shape documents."""
     options = rt.options(crawl_id)
     spider = rt.spider(crawl_id)
-    out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "failures": [], "skipped": [],
+    out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "records": [], "skipped": [],
                            "body_keys": []}
     ok = [f for f in results if f.ok and f.body_key]
     bodies = dict(zip([f.body_key for f in ok], rt.state.load_bodies([f.body_key for f in ok]), strict=True))
@@ -91,16 +153,16 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
     parsed = 0
     for f in results:
         req = f.request
-        if f.error == "duplicate_redirect":
+        if f.error in SILENT_SKIPS:
             out["skipped"].append(req.ticket)
             continue
         if not f.ok:
-            out["failures"].append(failure_doc(crawl_id, f))
+            out["records"].append(record_doc(crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
             continue
         body = bodies.get(f.body_key) if f.body_key else b""
         if body is None:
             f.error, f.message = "body_expired", "the fetched body expired before it was parsed"
-            out["failures"].append(failure_doc(crawl_id, f))
+            out["records"].append(record_doc(crawl_id, f))
             continue
         out["body_keys"].append(f.body_key)
         page = {
@@ -110,25 +172,21 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
         }
         if f.url != req.url:
             page["requested_url"] = req.url
-        if is_html(f.content_type, body):
-            response = Response(f.url or req.url, f.status or 200, body, req, f.content_type, crawl_id)
-            try:
-                produced = list(spider.parse(response) or ())
-            except Exception as exc:  # user code: its failure is this request's, not the worker's
-                log.warning("spider %s failed on %s: %r", options.spider, f.url, exc)
-                f.error, f.message = "spider_error", f"{type(exc).__name__}: {exc}"
-                out["failures"].append(failure_doc(crawl_id, f))
-                continue
-            parsed += 1
-            page["title"] = response.title
-            page["outlinks"] = len(response.links)
-            if options.store_text or spider.store_text:
-                page["text"] = response.visible_text[:TEXT_CAP]
-            for n, thing in enumerate(produced):
-                if isinstance(thing, Request):
-                    follow.append(thing)
-                elif isinstance(thing, dict):
-                    out["items"].append(item_doc(crawl_id, f.url or req.url, f.fp or req.fp, n, thing))
+        try:
+            kept = parse_page(rt, crawl_id, spider, f, body, page, out, follow)
+        except StopCrawl as exc:
+            cancel(rt, crawl_id, str(exc))
+            kept = True
+        except Exception as exc:  # user code: its failure is this request's, not the worker's
+            log.warning("spider %s failed on %s: %r", options.spider, f.url, exc, extra={"url": f.url})
+            f.error, f.message = "spider_error", f"{type(exc).__name__}: {exc}"
+            out["records"].append(record_doc(crawl_id, f))
+            continue
+        if not kept:
+            f.error, f.message = "skipped_by_hook", "after_response returned None"
+            out["records"].append(record_doc(crawl_id, f, "skipped"))
+            continue
+        parsed += page.pop("_parsed", 0)
         if options.store_html or spider.store_html:
             page["body_key"] = f.body_key
         out["pages"].append(page)
@@ -138,7 +196,37 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
     return out
 
 
-def item_doc(crawl_id: str, url: str, page_fp: str, n: int, item: dict[str, Any]) -> dict[str, Any]:
+def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: bytes, page: dict[str, Any],
+               out: dict[str, Any], follow: list[Request]) -> bool:
+    """Fill a page document, collect items and follow-ups. False if a hook skipped the page."""
+    options, req = rt.options(crawl_id), f.request
+    url = f.url or req.url
+    if looks_like_sitemap(url, f.content_type, body):
+        kind, locs = parse_sitemap(body)
+        follow.extend(Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs)
+        page["sitemap"], page["outlinks"] = kind, len(locs)
+        return True
+    if not is_html(f.content_type, body):
+        return True
+    response = spider.after_response(Response(url, f.status or 200, body, req, f.content_type, crawl_id))
+    if response is None:
+        return False
+    produced = list(spider.parse(response) or ())
+    page["_parsed"] = 1
+    page["title"] = response.title
+    page["outlinks"] = len(response.links)
+    if options.store_text or spider.store_text:
+        page["text"] = response.visible_text[:TEXT_CAP]
+    for thing in produced:
+        if isinstance(thing, Request):
+            follow.append(thing)
+        elif isinstance(thing, dict):
+            item = {**req.meta, **thing} if options.item_meta else thing
+            out["items"].append(item_doc(crawl_id, url, f.fp or req.fp, item))
+    return True
+
+
+def item_doc(crawl_id: str, url: str, page_fp: str, item: dict[str, Any]) -> dict[str, Any]:
     """An item keyed by its content and source page, so a replay upserts the same document."""
     payload = json.dumps(item, sort_keys=True, default=str)
     fp = hashlib.sha1(f"{page_fp}:{payload}".encode()).hexdigest()
@@ -146,33 +234,56 @@ def item_doc(crawl_id: str, url: str, page_fp: str, n: int, item: dict[str, Any]
 
 
 def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
-    """Upsert pages, items and failures; only then count them done. True if the crawl just finished."""
-    storage, state = rt.storage, rt.state
+    """Upsert pages, items and records; only then count them done. True if the crawl just finished."""
+    storage, state, spider = rt.storage, rt.state, rt.spider(crawl_id)
     pages = parsed["pages"]
     html_keys = [p["body_key"] for p in pages if p.get("body_key")]
     html = dict(zip(html_keys, state.load_bodies(html_keys), strict=True))
-    docs = []
+    outcomes: list[tuple[str, str]] = []
+    page_docs: list[dict[str, Any]] = []
     for page in pages:
         page = dict(page)
         ticket = page.pop("ticket")
         key = page.pop("body_key", None)
         if key and html.get(key) is not None:
             page["html"] = html[key].decode("utf-8", "replace")
-        docs.append((ticket, page))
-    failures = [dict(fd) for fd in parsed["failures"]]
-    failed_tickets = [fd.pop("ticket") for fd in failures]
-    storage.add(PAGES, [d for _, d in docs])
-    storage.add(ITEMS, parsed["items"])
-    storage.add(FAILURES, failures)
+        kept = spider.before_store("page", page)
+        if kept is not None:
+            page_docs.append(kept)
+        outcomes.append((ticket, "stored" if kept is not None else "skipped"))
+    items = [d for d in (spider.before_store("item", dict(i)) for i in parsed["items"]) if d is not None]
+    records = [dict(r) for r in parsed["records"]]
+    for record in records:
+        outcomes.append((record.pop("ticket"), record.pop("outcome")))
+    storage.add(PAGES, page_docs)
+    storage.add(ITEMS, items)
+    storage.add(FAILURES, records)
     storage.flush()
-    outcomes = [(t, "stored") for t, _ in docs]
-    outcomes += [(t, "failed") for t in failed_tickets]
+    spider.after_store(page_docs, items)
     outcomes += [(t, "skipped") for t in parsed["skipped"]]
     _, finished = state.finish(crawl_id, outcomes)
     state.drop_bodies(parsed["body_keys"])
+    options = rt.options(crawl_id)
+    if options.visit_ttl:
+        state.mark_visited(options.spider, [p["fp"] for p in page_docs])
+    for record in records:
+        if record["outcome"] == "failed":
+            log.warning("failed for good: %s (%s: %s)", record["url"], record["reason"], record["message"],
+                        extra={"crawl_id": crawl_id, "url": record["url"]})
     if finished:
-        log.info("crawl %s finished: %s", crawl_id, state.stats(crawl_id), extra={"crawl_id": crawl_id})
+        log.info("crawl %s %s: %s", crawl_id, state.state_of(crawl_id), state.stats(crawl_id),
+                 extra={"crawl_id": crawl_id})
     return finished
+
+
+def cancel(rt: Runtime, crawl_id: str, reason: str = "") -> bool:
+    """Cancel a crawl: queued batches end as skipped when they reach a worker; parked ones at once."""
+    changed, parked = rt.state.control(crawl_id, ["running", "paused"], "cancelling")
+    if changed:
+        log.warning("crawl %s cancelled%s", crawl_id, f": {reason}" if reason else "", extra={"crawl_id": crawl_id})
+    tickets = [Request.from_dict(r).ticket for batch in parked for r in json.loads(batch)]
+    rt.state.finish(crawl_id, [(t, "skipped") for t in tickets])
+    return changed
 
 
 def _now() -> str:

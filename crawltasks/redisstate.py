@@ -23,6 +23,7 @@ COUNTERS = (
     "duplicates", "filtered", "retried", "deferred", "items",
 )
 OUTCOMES = ("stored", "failed", "skipped")
+NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # schedule() verdicts
 
 
 class Keys:
@@ -58,21 +59,65 @@ class Keys:
     def host_next(host: str) -> str:  # earliest time (ms) the next request may start on host
         return f"{PREFIX}:host:{{{host}}}:next"
 
+    @staticmethod
+    def host_backoff(host: str) -> str:  # extra delay (ms) after 429/503 answers, decaying on success
+        return f"{PREFIX}:host:{{{host}}}:backoff"
 
-# KEYS: seen, stats. ARGV: fingerprints; "!" marks dont_filter. Returns 1/0 per fingerprint.
+    @staticmethod
+    def host_counts(crawl_id: str) -> str:  # hash host -> requests scheduled (max_pages_per_host)
+        return f"{PREFIX}:{{{crawl_id}}}:hosts"
+
+    @staticmethod
+    def parked(crawl_id: str) -> str:  # list of request batches (JSON) held while the crawl is paused
+        return f"{PREFIX}:{{{crawl_id}}}:parked"
+
+    @staticmethod
+    def robots(origin: str) -> str:  # robots.txt text of scheme://host:port, with a TTL
+        return f"{PREFIX}:robots:{origin}"
+
+    @staticmethod
+    def robots_lock(origin: str) -> str:  # one worker fetches a host's robots.txt at a time
+        return f"{PREFIX}:robots:{origin}:lock"
+
+    @staticmethod
+    def visited(spider: str) -> str:  # hash fp -> last stored time, across crawls (visit_ttl)
+        return f"{PREFIX}:visited:{spider}"
+
+
+# KEYS: seen, stats, per-host counts. ARGV: max_pages, max_per_host (0 = no cap), then fp, host pairs
+# ("!" before fp: dont_filter). Returns per request 1 new, 0 duplicate, 2 over max_pages, 3 over max_per_host.
 _SCHEDULE = """
-local flags, new = {}, 0
-for i, fp in ipairs(ARGV) do
-  if string.sub(fp, 1, 1) == '!' then
-    redis.call('SADD', KEYS[1], string.sub(fp, 2)); flags[i] = 1; new = new + 1
-  elseif redis.call('SADD', KEYS[1], fp) == 1 then flags[i] = 1; new = new + 1
-  else flags[i] = 0 end
+local max_pages, max_host = tonumber(ARGV[1]), tonumber(ARGV[2])
+local scheduled = tonumber(redis.call('HGET', KEYS[2], 'scheduled') or '0')
+local flags, counts = {}, {0, 0, 0, 0}
+for i = 3, #ARGV, 2 do
+  local fp, host = ARGV[i], ARGV[i + 1]
+  local force = string.sub(fp, 1, 1) == '!'
+  if force then fp = string.sub(fp, 2) end
+  local flag = 1
+  if not force and redis.call('SISMEMBER', KEYS[1], fp) == 1 then flag = 0
+  elseif max_pages > 0 and scheduled + counts[2] >= max_pages then flag = 2
+  elseif max_host > 0 and tonumber(redis.call('HGET', KEYS[3], host) or '0') >= max_host then flag = 3
+  else
+    redis.call('SADD', KEYS[1], fp)
+    if max_host > 0 then redis.call('HINCRBY', KEYS[3], host, 1) end
+  end
+  flags[#flags + 1] = flag
+  counts[flag + 1] = counts[flag + 1] + 1
 end
-if new > 0 then
-  redis.call('HINCRBY', KEYS[2], 'scheduled', new)
-  redis.call('HINCRBY', KEYS[2], 'pending', new)
+if counts[2] > 0 then
+  redis.call('HINCRBY', KEYS[2], 'scheduled', counts[2])
+  redis.call('HINCRBY', KEYS[2], 'pending', counts[2])
 end
-if #ARGV > new then redis.call('HINCRBY', KEYS[2], 'duplicates', #ARGV - new) end
+if counts[1] > 0 then redis.call('HINCRBY', KEYS[2], 'duplicates', counts[1]) end
+if counts[3] > 0 then
+  redis.call('HINCRBY', KEYS[2], 'filtered', counts[3])
+  redis.call('HINCRBY', KEYS[2], 'filtered_max_pages', counts[3])
+end
+if counts[4] > 0 then
+  redis.call('HINCRBY', KEYS[2], 'filtered', counts[4])
+  redis.call('HINCRBY', KEYS[2], 'filtered_max_pages_per_host', counts[4])
+end
 return flags
 """
 
@@ -92,14 +137,35 @@ else pending = tonumber(redis.call('HGET', KEYS[2], 'pending') or '0') end
 if pending <= 0 then
   local t = redis.call('TIME')
   if redis.call('HSETNX', KEYS[3], 'finished_at', t[1] + t[2] / 1e6) == 1 then
-    redis.call('HSET', KEYS[3], 'state', 'finished')
+    local cancelled = redis.call('HGET', KEYS[3], 'state') == 'cancelling'
+    redis.call('HSET', KEYS[3], 'state', cancelled and 'cancelled' or 'finished')
     return {done, 1}
   end
 end
 return {done, 0}
 """
 
-# KEYS: host slots, host next. ARGV: limit, delay_ms, token, lease_ms.
+# KEYS: meta, parked. ARGV: from-states (comma separated), to-state.
+# Moves the crawl's state when it is in one of from-states; returns {changed, parked batches (drained
+# unless the new state is paused)}.
+_CONTROL = """
+local state = redis.call('HGET', KEYS[1], 'state') or ''
+if not string.find(',' .. ARGV[1] .. ',', ',' .. state .. ',', 1, true) then return {0, {}} end
+redis.call('HSET', KEYS[1], 'state', ARGV[2])
+if ARGV[2] == 'paused' then return {1, {}} end
+local parked = redis.call('LRANGE', KEYS[2], 0, -1)
+redis.call('DEL', KEYS[2])
+return {1, parked}
+"""
+
+# KEYS: meta, parked. ARGV: batch JSON. Parks the batch only while the crawl is paused (1), else 0.
+_PARK = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'paused' then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS: host slots, host next, host backoff. ARGV: limit, delay_ms, token, lease_ms.
 # Returns 0 when a slot is granted, else milliseconds to wait before asking again.
 _ACQUIRE_HOST = """
 local t = redis.call('TIME')
@@ -111,9 +177,32 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 25 end
 local lease = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], lease)
-local delay = tonumber(ARGV[2])
+local delay = tonumber(ARGV[2]) + tonumber(redis.call('GET', KEYS[3]) or '0')
 if delay > 0 then redis.call('SET', KEYS[2], now + delay, 'PX', delay) end
 return 0
+"""
+
+# KEYS: host next, host backoff. ARGV: "slow" with a wait in ms (Retry-After or 0), or "ok".
+# A slow answer (429/503) doubles the host's extra delay (1 s to 5 min) and holds the host for
+# max(wait, extra delay); good answers halve it, and it expires after ten times its length.
+_HOST_FEEDBACK = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local extra = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[1] == 'slow' then
+  extra = math.min(math.max(extra * 2, 1000), 300000)
+  redis.call('SET', KEYS[2], extra, 'PX', math.max(extra * 10, 10000))
+  local hold = math.max(tonumber(ARGV[2]), extra)
+  local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if now + hold > nxt then redis.call('SET', KEYS[1], now + hold, 'PX', hold) end
+  return extra
+end
+if extra > 0 then
+  extra = math.floor(extra / 2)
+  if extra < 100 then redis.call('DEL', KEYS[2])
+  else redis.call('SET', KEYS[2], extra, 'PX', math.max(extra * 10, 10000)) end
+end
+return extra
 """
 
 
@@ -125,6 +214,9 @@ class RedisState:
         self._schedule = client.register_script(_SCHEDULE)
         self._finish = client.register_script(_FINISH)
         self._acquire_host = client.register_script(_ACQUIRE_HOST)
+        self._host_feedback = client.register_script(_HOST_FEEDBACK)
+        self._control = client.register_script(_CONTROL)
+        self._park = client.register_script(_PARK)
 
     @classmethod
     def from_url(cls, url: str) -> RedisState:
@@ -161,13 +253,17 @@ class RedisState:
         return self.r.hexists(Keys.meta(crawl_id), "finished_at")
 
     # --- dedupe and counters --------------------------------------------------------------------
-    def schedule(self, crawl_id: str, fingerprints: Sequence[str], dont_filter: Sequence[bool]) -> list[bool]:
-        """Atomically mark fingerprints seen; True for each that is new (or dont_filter)."""
+    def schedule(self, crawl_id: str, fingerprints: Sequence[str], dont_filter: Sequence[bool],
+                 hosts: Sequence[str] | None = None, max_pages: int = 0, max_per_host: int = 0) -> list[int]:
+        """Atomically mark fingerprints seen. Per fingerprint: NEW, DUPLICATE, OVER_MAX_PAGES or OVER_HOST_CAP."""
         if not fingerprints:
             return []
-        args = [("!" + fp) if force else fp for fp, force in zip(fingerprints, dont_filter, strict=True)]
-        flags = self._schedule(keys=[Keys.seen(crawl_id), Keys.stats(crawl_id)], args=args)
-        return [bool(f) for f in flags]
+        hosts = hosts or [""] * len(fingerprints)
+        args: list[str | int] = [max_pages or 0, max_per_host or 0]
+        for fp, force, host in zip(fingerprints, dont_filter, hosts, strict=True):
+            args += [("!" + fp) if force else fp, host]
+        keys = [Keys.seen(crawl_id), Keys.stats(crawl_id), Keys.host_counts(crawl_id)]
+        return [int(f) for f in self._schedule(keys=keys, args=args)]
 
     def finish(self, crawl_id: str, outcomes: Iterable[tuple[str, str]]) -> tuple[int, bool]:
         """Record final outcomes (ticket, outcome); returns (newly counted, crawl finished now)."""
@@ -208,6 +304,17 @@ class RedisState:
         """Mark a fingerprint seen (e.g. a redirect target); True if it was new."""
         return bool(self.r.sadd(Keys.seen(crawl_id), fp))
 
+    # --- visits across crawls (re-crawling after visit_ttl) --------------------------------------
+    def mark_visited(self, spider: str, fps: Sequence[str]) -> None:
+        if fps:
+            now = time.time()
+            self.r.hset(Keys.visited(spider), mapping=dict.fromkeys(fps, now))
+
+    def visited_at(self, spider: str, fps: Sequence[str]) -> list[float | None]:
+        if not fps:
+            return []
+        return [float(v) if v is not None else None for v in self.r.hmget(Keys.visited(spider), list(fps))]
+
     # --- parked bodies --------------------------------------------------------------------------
     def park_body(self, crawl_id: str, ticket: str, body: bytes, ttl: int) -> str:
         key = Keys.body(crawl_id, ticket)
@@ -228,7 +335,7 @@ class RedisState:
         """Try to take one of host's slots. Returns (token, 0) on success, else (None, seconds to wait)."""
         token = uuid.uuid4().hex
         wait_ms = self._acquire_host(
-            keys=[Keys.host_slots(host), Keys.host_next(host)],
+            keys=[Keys.host_slots(host), Keys.host_next(host), Keys.host_backoff(host)],
             args=[limit, int(delay * 1000), token, int(lease * 1000)],
         )
         if int(wait_ms) == 0:
@@ -237,6 +344,37 @@ class RedisState:
 
     def release_host(self, host: str, token: str) -> None:
         self.r.zrem(Keys.host_slots(host), token)
+
+    def host_feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
+        """Tell the host's shared state how it answered; returns its extra delay in seconds."""
+        args = ["slow", int(wait * 1000)] if slow else ["ok", 0]
+        return int(self._host_feedback(keys=[Keys.host_next(host), Keys.host_backoff(host)], args=args)) / 1000
+
+    def host_state(self, host: str) -> dict[str, float]:
+        """In flight, extra back-off delay (s) and seconds until the next request may start."""
+        pipe = self.r.pipeline(transaction=False)
+        now_ms = time.time() * 1000
+        pipe.zcount(Keys.host_slots(host), now_ms, "+inf")
+        pipe.get(Keys.host_backoff(host))
+        pipe.get(Keys.host_next(host))
+        active, backoff, nxt = pipe.execute()
+        return {"in_flight": int(active), "backoff": int(backoff or 0) / 1000,
+                "wait": max(0.0, (float(nxt or 0) - now_ms) / 1000)}
+
+    # --- crawl control --------------------------------------------------------------------------
+    def control(self, crawl_id: str, from_states: Sequence[str], to_state: str) -> tuple[bool, list[str]]:
+        """Change a crawl's state if it is in from_states; returns (changed, parked batches drained)."""
+        changed, parked = self._control(keys=[Keys.meta(crawl_id), Keys.parked(crawl_id)],
+                                        args=[",".join(from_states), to_state])
+        return bool(changed), [p.decode() for p in parked]
+
+    def park(self, crawl_id: str, batch_json: str) -> bool:
+        """Hold a batch while the crawl is paused; False if it is no longer paused."""
+        return bool(self._park(keys=[Keys.meta(crawl_id), Keys.parked(crawl_id)], args=[batch_json]))
+
+    def state_of(self, crawl_id: str) -> str:
+        value = self.r.hget(Keys.meta(crawl_id), "state")
+        return value.decode() if value else ""
 
     # --- housekeeping ---------------------------------------------------------------------------
     def delete_crawl(self, crawl_id: str) -> None:

@@ -7,6 +7,7 @@ saved in Redis with the crawl, so every worker on every machine applies the same
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -67,6 +68,27 @@ class CrawlOptions:
     allow_private: bool = False  # let links and redirects reach private/loopback/link-local addresses
     private_hosts: list[str] | None = None  # hosts allowed although private: the seeds' own (filled at start)
     body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
+    # politeness, shared by all workers through Redis
+    host_random_delay: float = 0.0  # up to this many seconds added at random to host_delay
+    host_rules: list[dict[str, Any]] = field(default_factory=list)  # per-host limits, first match wins:
+    # {"match": "*.example.com" or "re:^api\\.", "concurrency": 1, "delay": 2.0, "random_delay": 1.0}
+    obey_robots: bool = True
+    robots_ttl: int = 24 * 3600  # seconds a host's robots.txt stays cached
+    # scope: every cut is counted in the stats as filtered_<reason>
+    allow_patterns: list[str] = field(default_factory=list)  # regexes; if any, a URL must match one
+    deny_patterns: list[str] = field(default_factory=list)  # regexes; a URL matching one is not followed
+    max_pages: int = 0  # requests scheduled per crawl (0: no cap)
+    max_pages_per_host: int = 0  # requests scheduled per host (0: no cap)
+    max_run_time: float = 0.0  # seconds; past it the crawl is cancelled (0: no limit)
+    visit_ttl: float = 0.0  # seconds; a URL stored by an earlier crawl of the spider within it is skipped
+    # identities: user_agent "random" rotates built-in browser agents; providers are "module:callable"
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: dict[str, str] = field(default_factory=dict)
+    user_agent_provider: str | None = None  # callable(request) -> User-Agent
+    proxy_provider: str | None = None  # callable(request) -> proxy URL or None
+    cookie_provider: str | None = None  # callable(request) -> dict of cookies
+    item_meta: bool = False  # merge each request's meta into the items found on its page
+    sitemap_from_robots: bool = False  # seed the crawl with the sitemaps robots.txt lists
 
     def __post_init__(self) -> None:
         _check(self.max_depth is None or self.max_depth >= 0, "max_depth must be >= 0")
@@ -77,6 +99,13 @@ class CrawlOptions:
         _check(self.host_delay >= 0, "host_delay must be >= 0")
         _check(self.timeout > 0, "timeout must be > 0")
         _check(self.max_size > 0, "max_size must be > 0")
+        _check(min(self.max_pages, self.max_pages_per_host, self.max_run_time, self.visit_ttl) >= 0,
+               "limits must be >= 0")
+        for pattern in [*self.allow_patterns, *self.deny_patterns]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad URL pattern {pattern!r}: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

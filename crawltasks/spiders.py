@@ -23,6 +23,10 @@ class SpiderNotFound(LookupError):
     """No spider of that name is registered in the configured modules."""
 
 
+class StopCrawl(Exception):  # noqa: N818 - it is an instruction, not an error
+    """Raise it from parse() or a hook to stop the whole crawl: it is cancelled on every worker."""
+
+
 class Response:
     """A fetched HTML page as user code sees it. Everything derived is computed on first use."""
 
@@ -122,6 +126,22 @@ class Spider:
     def parse(self, response: Response) -> Iterable[Request | dict[str, Any]]:
         """Yield items (dicts) and follow-up requests. Override it."""
         yield from response.follow_all()
+
+    # --- lifecycle hooks: return None to skip; raise StopCrawl to stop the crawl ----------------
+    def before_request(self, request: Request) -> Request | None:
+        """Called before fetching: change the request (e.g. build its URL from meta) or skip it."""
+        return request
+
+    def after_response(self, response: Response) -> Response | None:
+        """Called on each fetched HTML page before parse(); None skips the page."""
+        return response
+
+    def before_store(self, kind: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+        """Called on each "page" and "item" document before it is written; None drops it."""
+        return doc
+
+    def after_store(self, pages: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
+        """Called after a batch's documents are written."""
 
     @classmethod
     def ref(cls) -> str:

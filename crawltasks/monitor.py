@@ -1,0 +1,409 @@
+"""Per-crawl monitoring, which Flower cannot give: Flower sees tasks, this sees a crawl.
+
+``snapshot`` reads one crawl's counters (Redis), failures by reason (Mongo) and the shared per-host
+gate (Redis); ``render`` turns it into a rich view; ``watch`` keeps that view live until the crawl
+finishes (``crawltasks stats ID --watch``); ``render_list`` is ``crawltasks list``; ``CrawlProgress``
+is the progress bar of ``crawltasks crawl``. Everything here only reads, so it is safe to run from
+any machine that reaches the crawl's Redis and Mongo, as often as you like.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from . import runtime
+from .redisstate import PREFIX, Keys
+from .runtime import Runtime
+from .store import FAILURES
+from .urls import host_key
+
+RATE_WINDOW = 10.0  # seconds of samples behind the "recent" pages/s
+MAX_HOSTS = 12  # rows of the per-host table; the busiest first
+STATE_STYLE = {"running": "bold yellow", "finished": "bold green", "unknown": "dim"}
+
+
+@dataclass
+class HostState:
+    """One host's share of the politeness gate (shared by every crawl that fetches from it)."""
+
+    host: str
+    in_flight: int
+    wait: float  # seconds until the next request may start (0: now)
+    limit: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.limit is not None and self.in_flight >= self.limit:
+            return "at limit"
+        if self.wait > 0:
+            return "delay"
+        return "fetching" if self.in_flight else "idle"
+
+
+@dataclass
+class Snapshot:
+    """What a crawl looks like at one moment."""
+
+    crawl_id: str
+    stats: dict[str, Any]
+    failures: dict[str, int] = field(default_factory=dict)
+    hosts: list[HostState] = field(default_factory=list)
+    seeds: list[str] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> int:
+        """Requests with a final outcome (stored, failed or skipped)."""
+        return int(self.stats.get("stored", 0)) + int(self.stats.get("failed", 0)) + int(self.stats.get("skipped", 0))
+
+    @property
+    def finished(self) -> bool:
+        return self.stats.get("state") == "finished"
+
+    @property
+    def fetching(self) -> int:
+        return sum(h.in_flight for h in self.hosts)
+
+
+class RateMeter:
+    """Pages per second over a recent window, from successive counter readings (no clocks in Redis)."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        self.window = window
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def add(self, value: int, at: float | None = None) -> float | None:
+        """Record a reading; returns the recent rate, or None until two readings span some time."""
+        at = time.monotonic() if at is None else at
+        self.samples.append((at, value))
+        while len(self.samples) > 2 and at - self.samples[1][0] >= self.window:
+            self.samples.popleft()
+        return self.rate
+
+    @property
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
+        if t1 - t0 <= 0:
+            return None
+        return max(0.0, (v1 - v0) / (t1 - t0))
+
+
+def average_rate(stats: dict[str, Any]) -> float:
+    """Stored pages per second since the crawl started."""
+    elapsed = float(stats.get("elapsed") or 0)
+    return int(stats.get("stored", 0)) / elapsed if elapsed > 0 else 0.0
+
+
+def eta_seconds(pending: int, rate: float | None) -> float | None:
+    """Time to finish the URLs known so far at ``rate`` outcomes/s; None when it cannot be told.
+
+    A crawl discovers URLs as it goes, so this is a lower bound that moves, not a promise.
+    """
+    if pending <= 0:
+        return 0.0
+    if not rate or rate <= 0:
+        return None
+    return pending / rate
+
+
+def human_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+# --- reading ---------------------------------------------------------------------------------------
+def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
+    """Final failures by reason, most frequent first (one aggregation in Mongo)."""
+    pipeline = [{"$match": {"crawl_id": crawl_id}}, {"$group": {"_id": "$reason", "n": {"$sum": 1}}}]
+    rows = rt.storage.db[FAILURES].aggregate(pipeline)
+    counts = {str(r["_id"]): int(r["n"]) for r in rows}
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def active_hosts(rt: Runtime) -> set[str]:
+    """Hosts with a request in flight or a delay running (their gate keys expire when idle)."""
+    hosts = set()
+    for suffix in ("slots", "next"):
+        for key in rt.state.r.scan_iter(match=f"{PREFIX}:host:*:{suffix}", count=500):
+            name = key.decode()
+            start, end = name.find("{"), name.rfind("}")
+            if 0 <= start < end:
+                hosts.add(name[start + 1:end])
+    return hosts
+
+
+def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> list[HostState]:
+    """In-flight leases and remaining delay of each host, read with Redis' own clock."""
+    hosts = sorted(set(hosts))
+    if not hosts:
+        return []
+    r = rt.state.r
+    secs, micros = r.time()
+    now_ms = secs * 1000 + micros // 1000
+    pipe = r.pipeline(transaction=False)
+    for host in hosts:
+        pipe.zcount(Keys.host_slots(host), f"({now_ms}", "+inf")
+        pipe.get(Keys.host_next(host))
+    replies = pipe.execute()
+    out = []
+    for i, host in enumerate(hosts):
+        in_flight, nxt = int(replies[2 * i]), replies[2 * i + 1]
+        wait = max(0.0, (int(nxt) - now_ms) / 1000.0) if nxt else 0.0
+        out.append(HostState(host, in_flight, wait, limit))
+    out.sort(key=lambda h: (-h.in_flight, -h.wait, h.host))
+    return out
+
+
+def crawl_hosts(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, Any]) -> set[str]:
+    """The seeds' hosts plus every active host inside the crawl's allowed domains."""
+    from .urls import in_domains
+
+    hosts = {host_key(u) for u in seeds if host_key(u)}
+    domains = options.get("allowed_domains")
+    for host in active_hosts(rt):
+        name = host.rsplit(":", 1)[0]
+        if domains is None or in_domains(name, domains):
+            hosts.add(host)
+    return hosts
+
+
+def snapshot(crawl_id: str, rt: Runtime | None = None, with_failures: bool = True) -> Snapshot:
+    """One reading of a crawl; raises LookupError for an unknown crawl id."""
+    from .crawl import Crawl
+
+    rt = rt or runtime.current()
+    crawl = Crawl(crawl_id, rt)
+    meta = rt.state.crawl_meta(crawl_id)
+    if not meta:
+        raise LookupError(f"no crawl named {crawl_id!r}")
+    stats = crawl.stats()
+    seeds = json.loads(meta.get("seeds") or "[]")
+    options = json.loads(meta.get("options") or "{}")
+    hosts = host_states(rt, crawl_hosts(rt, crawl_id, seeds, options), options.get("host_concurrency"))
+    failures = failure_counts(rt, crawl_id) if with_failures else {}
+    return Snapshot(crawl_id, stats, failures, hosts, seeds)
+
+
+# --- rendering -------------------------------------------------------------------------------------
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def render(snap: Snapshot, rate: float | None = None, done_rate: float | None = None) -> RenderableType:
+    """The live view: header, counters, speed and ETA, failures by reason, per-host state.
+
+    ``rate`` is recent stored pages/s; ``done_rate`` recent outcomes/s (stored, failed or skipped),
+    which is what the ETA divides by.
+    """
+    s = snap.stats
+    state = str(s.get("state", "unknown"))
+    header = Text.assemble(("crawl ", "dim"), (snap.crawl_id, "bold"), "  ",
+                           (state, STATE_STYLE.get(state, "")), "  ",
+                           (f"started {_when(s.get('started_at'))}", "dim"), "  ",
+                           (f"elapsed {human_seconds(s.get('elapsed'))}", "dim"))
+    if snap.seeds:
+        more = f" (+{len(snap.seeds) - 1} more)" if len(snap.seeds) > 1 else ""
+        header.append(f"\nseed {snap.seeds[0]}{more}", "dim")
+
+    counters = Table(title="counters", title_justify="left", show_header=True, header_style="bold")
+    names = ("scheduled", "stored", "failed", "skipped", "pending", "duplicates", "filtered", "retried",
+             "deferred", "items")
+    for name in names:
+        counters.add_column(name, justify="right")
+    counters.add_row(*(str(s.get(n, 0)) for n in names))
+
+    avg = average_rate(s)
+    pending = int(s.get("pending", 0))
+    eta_rate = done_rate if done_rate is not None else rate
+    speed = Table.grid(padding=(0, 3))
+    speed.add_row(
+        Text.assemble(("pages/s ", "dim"), (f"{rate:.1f}" if rate is not None else "-", "bold"),
+                      (f" now, {avg:.1f} average", "dim")),
+        Text.assemble(("in flight ", "dim"), (str(pending), "bold"), (f" pending, {snap.fetching} fetching", "dim")),
+        Text.assemble(("ETA ", "dim"),
+                      ("done" if snap.finished else human_seconds(eta_seconds(pending, eta_rate)), "bold"),
+                      ("" if snap.finished else " for the URLs known so far", "dim")),
+    )
+
+    parts: list[RenderableType] = [header, counters, speed]
+    if snap.failures:
+        failures = Table(title="failures by reason", title_justify="left", header_style="bold")
+        failures.add_column("reason")
+        failures.add_column("count", justify="right")
+        for reason, n in snap.failures.items():
+            failures.add_row(reason, str(n))
+        parts.append(failures)
+    filtered = {k.removeprefix("filtered_"): v for k, v in s.items() if k.startswith("filtered_") and v}
+    if filtered:
+        parts.append(Text("filtered: " + ", ".join(f"{k} {v}" for k, v in sorted(filtered.items())), style="dim"))
+    if snap.hosts:
+        hosts = Table(title="hosts (the gate is shared by every crawl)", title_justify="left", header_style="bold")
+        hosts.add_column("host")
+        hosts.add_column("in flight", justify="right")
+        hosts.add_column("next request in", justify="right")
+        hosts.add_column("state")
+        for h in snap.hosts[:MAX_HOSTS]:
+            limit = f"/{h.limit}" if h.limit else ""
+            hosts.add_row(h.host, f"{h.in_flight}{limit}", f"{h.wait:.2f}s" if h.wait else "now", h.label)
+        if len(snap.hosts) > MAX_HOSTS:
+            hosts.caption = f"{len(snap.hosts) - MAX_HOSTS} more host(s)"
+        parts.append(hosts)
+    return Group(*parts)
+
+
+def render_text(renderable: RenderableType, width: int = 120) -> str:
+    """Plain text of a renderable (for logs, tests and pipes)."""
+    console = Console(width=width, record=True, file=_NullFile(), color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+class _NullFile:
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+
+def watch(crawl_id: str, interval: float = 1.0, console: Console | None = None, rt: Runtime | None = None,
+          max_updates: int | None = None) -> Snapshot:
+    """Keep the view of a crawl live until it finishes (or ``max_updates`` readings); returns the last."""
+    rt = rt or runtime.current()
+    console = console or Console()
+    stored, done = RateMeter(), RateMeter()
+    snap = snapshot(crawl_id, rt)
+    stored.add(int(snap.stats.get("stored", 0)), snap.taken_at)
+    done.add(snap.done, snap.taken_at)
+    updates = 1
+    with Live(render(snap), console=console, refresh_per_second=4, transient=False) as live:
+        while not snap.finished and (max_updates is None or updates < max_updates):
+            time.sleep(interval)
+            snap = snapshot(crawl_id, rt)
+            stored.add(int(snap.stats.get("stored", 0)), snap.taken_at)
+            done.add(snap.done, snap.taken_at)
+            updates += 1
+            live.update(render(snap, stored.rate, done.rate))
+    return snap
+
+
+def list_rows(rt: Runtime | None = None) -> list[dict[str, Any]]:
+    """Every crawl known to Redis with its state and main counters, oldest first."""
+    from .crawl import Crawl
+
+    rt = rt or runtime.current()
+    rows = []
+    for crawl_id in rt.state.crawl_ids():
+        stats = Crawl(crawl_id, rt).stats()
+        rows.append({k: stats.get(k) for k in ("crawl_id", "state", "started_at", "finished_at", "elapsed",
+                                                "scheduled", "stored", "failed", "pending")}
+                    | {"pages_per_s": round(average_rate(stats), 2)})
+    return rows
+
+
+def render_list(rows: list[dict[str, Any]]) -> RenderableType:
+    """``crawltasks list`` as a table."""
+    if not rows:
+        return Text("no crawls in Redis", style="dim")
+    table = Table(header_style="bold")
+    for name, justify in (("crawl id", "left"), ("state", "left"), ("started", "left"), ("elapsed", "right"),
+                          ("stored", "right"), ("failed", "right"), ("pending", "right"), ("pages/s", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        state = str(r.get("state"))
+        table.add_row(r["crawl_id"], Text(state, STATE_STYLE.get(state, "")), _when(r.get("started_at")),
+                      human_seconds(r.get("elapsed")), str(r.get("stored", 0)), str(r.get("failed", 0)),
+                      str(r.get("pending", 0)), f"{r.get('pages_per_s', 0):.1f}")
+    return table
+
+
+# --- the progress bar of `crawltasks crawl` -------------------------------------------------------
+def progress_line(stats: dict[str, Any], rate: float | None, done_rate: float | None = None) -> str:
+    """The same numbers as the bar, as one line (for logs and pipes)."""
+    done = int(stats.get("stored", 0)) + int(stats.get("failed", 0)) + int(stats.get("skipped", 0))
+    pending = int(stats.get("pending", 0))
+    shown = rate if rate is not None else average_rate(stats)
+    return (f"{stats.get('crawl_id')}: {done}/{stats.get('scheduled', 0)} done  stored {stats.get('stored', 0)}  "
+            f"failed {stats.get('failed', 0)}  in flight {pending}  {shown:.1f} pages/s  "
+            f"ETA {human_seconds(eta_seconds(pending, done_rate if done_rate is not None else rate))}")
+
+
+class CrawlProgress:
+    """A progress callback for ``Crawl.wait``: a rich bar on a terminal, a line every few seconds otherwise.
+
+    Use as a context manager; call the instance with each ``Crawl.stats()`` reading.
+    """
+
+    def __init__(self, quiet: bool = False, stream: TextIO | None = None, line_every: float = 5.0) -> None:
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.line_every = line_every
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.meter = RateMeter()
+        self.done_meter = RateMeter()
+        self._last_line = 0.0
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None]:
+        if not self.quiet and self.tty:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(),
+                TextColumn("{task.completed}/{task.total} done"),
+                TextColumn("stored {task.fields[stored]}  failed {task.fields[failed]}  "
+                           "in flight {task.fields[pending]}"),
+                TextColumn("{task.fields[rate]} pages/s  ETA {task.fields[eta]}"),
+                console=Console(file=self.stream), transient=False, refresh_per_second=4,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, stats: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        rate = self.meter.add(int(stats.get("stored", 0)))
+        done = int(stats.get("stored", 0)) + int(stats.get("failed", 0)) + int(stats.get("skipped", 0))
+        done_rate = self.done_meter.add(done)
+        pending = int(stats.get("pending", 0))
+        if self._progress is not None:
+            fields = dict(stored=stats.get("stored", 0), failed=stats.get("failed", 0), pending=pending,
+                          rate=f"{rate:.1f}" if rate is not None else "-",
+                          eta=human_seconds(eta_seconds(pending, done_rate)))
+            if self._task is None:
+                self._task = self._progress.add_task(str(stats.get("crawl_id")), total=stats.get("scheduled") or 1,
+                                                     completed=done, **fields)
+            else:
+                self._progress.update(self._task, total=max(1, int(stats.get("scheduled", 0))), completed=done,
+                                      **fields)
+            return
+        now = time.monotonic()
+        if now - self._last_line >= self.line_every or stats.get("state") == "finished":
+            self._last_line = now
+            print(progress_line(stats, rate, done_rate), file=self.stream, flush=True)
