@@ -235,16 +235,18 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .monitor import list_rows, render_list
+    from .monitor import list_rows, plain_list, render_list
 
     with services(args):
         rows = list_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
-    else:
+    elif sys.stdout.isatty():
         from rich.console import Console
 
         Console().print(render_list(rows))
+    else:
+        print(plain_list(rows) if rows else "no crawls in Redis")
     return 0
 
 

@@ -340,6 +340,17 @@ def render_list(rows: list[dict[str, Any]]) -> RenderableType:
     return table
 
 
+def plain_list(rows: list[dict[str, Any]]) -> str:
+    """``crawltasks list`` for pipes: one whitespace-separated line per crawl, full ids, no wrapping."""
+    lines = [f"{'CRAWL_ID':<32} {'STATE':<9} {'STARTED':<19} {'ELAPSED':>8} {'STORED':>8} {'FAILED':>7} "
+             f"{'PENDING':>8} {'PAGES/S':>8}"]
+    for r in rows:
+        lines.append(f"{r['crawl_id']:<32} {r.get('state')!s:<9} {_when(r.get('started_at')):<19} "
+                     f"{human_seconds(r.get('elapsed')):>8} {r.get('stored', 0):>8} {r.get('failed', 0):>7} "
+                     f"{r.get('pending', 0):>8} {r.get('pages_per_s', 0):>8.1f}")
+    return "\n".join(lines)
+
+
 # --- the progress bar of `crawltasks crawl` -------------------------------------------------------
 def progress_line(stats: dict[str, Any], rate: float | None, done_rate: float | None = None) -> str:
     """The same numbers as the bar, as one line (for logs and pipes)."""

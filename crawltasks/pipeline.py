@@ -254,7 +254,7 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     items = [d for d in (spider.before_store("item", dict(i)) for i in parsed["items"]) if d is not None]
     records = [dict(r) for r in parsed["records"]]
     for record in records:
-        outcomes.append((record.pop("ticket"), record.pop("outcome")))
+        outcomes.append((record.pop("ticket"), record["outcome"]))
     storage.add(PAGES, page_docs)
     storage.add(ITEMS, items)
     storage.add(FAILURES, records)

@@ -1,0 +1,270 @@
+"""Crawl control on a real worker: robots.txt, back-off, hooks, identities, scope, lifecycle, sitemaps."""
+
+import gzip
+import time
+from urllib.parse import urlsplit
+
+from crawltasks import Crawl, Request, start_crawl
+
+from . import spiders
+from .sites import FAST, SiteServer, page, serve, status
+from .workers import wait_for
+
+
+def paths(crawl: Crawl) -> set[str]:
+    return {urlsplit(p["url"]).path for p in crawl.pages()}
+
+
+def starts(server: SiteServer, prefix: str = "/") -> list[float]:
+    return sorted(h.started for h in server.hits if h.path.startswith(prefix) and h.path != "/robots.txt")
+
+
+def test_robots_disallow_is_recorded_and_crawl_delay_spaces_requests(worker, rt, crawl_id):
+    routes = {"/": page("Home", ["/private/x", "/pub/1", "/pub/2", "/pub/3"]),
+              "/robots.txt": lambda s, p: (200, {"Content-Type": "text/plain"},
+                                           b"User-agent: *\nDisallow: /private\nCrawl-delay: 0.4\n")}
+    routes.update({f"/pub/{i}": page(f"Pub {i}") for i in range(1, 4)})
+    routes["/private/x"] = page("Secret")
+    server = serve(routes)
+    try:
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, **FAST)
+        assert crawl.wait(timeout=60), crawl.stats()
+        assert paths(crawl) == {"/", "/pub/1", "/pub/2", "/pub/3"}
+        assert "/private/x" not in server.counts and server.counts["/robots.txt"] == 1
+        [skip] = crawl.failures(reason="robots_disallowed")
+        assert skip["outcome"] == "skipped" and skip["url"].endswith("/private/x")
+        stats = crawl.stats()
+        assert stats["skipped"] == 1 and stats["skipped_robots"] == 1 and stats["failed"] == 0
+        gaps = [b - a for a, b in zip(starts(server), starts(server)[1:], strict=False)]
+        assert min(gaps) >= 0.35, gaps  # Crawl-delay 0.4 s, measured by the server
+    finally:
+        server.stop()
+
+
+def test_ignoring_robots_is_a_crawl_switch(worker, rt, crawl_id):
+    server = serve({"/": page("Home", ["/private/x"]), "/private/x": page("Secret"),
+                    "/robots.txt": lambda s, p: (200, {}, b"User-agent: *\nDisallow: /\n")})
+    try:
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, obey_robots=False, **FAST)
+        assert crawl.wait(timeout=30)
+        assert paths(crawl) == {"/", "/private/x"} and "/robots.txt" not in server.counts
+    finally:
+        server.stop()
+
+
+def test_429_with_retry_after_holds_the_host_while_others_go_on(worker, rt, crawl_id):
+    limited = serve({"/": page("A", ["/limited"]), "/after": page("After"),
+                     "/limited": lambda s, p: ((429, {"Retry-After": "2"}, b"slow down") if s.counts[p] == 1
+                                               else (200, {}, b"<title>Limited ok</title><a href='/after'>a</a>"))})
+    chain = serve({f"/b{i}": page(f"B {i}", [f"/b{i + 1}"]) for i in range(40)})
+    try:
+        opts = dict(FAST, host_delay=0.1, allowed_domains=["127.0.0.1"])
+        crawl = start_crawl([limited.url("/"), chain.url("/b0")], crawl_id=crawl_id, **opts)
+        assert crawl.wait(timeout=60), crawl.stats()
+        assert {"/limited", "/after", "/b39"} <= paths(crawl)
+        hits = [h for h in limited.hits if h.path != "/robots.txt"]
+        refused = next(h for h in hits if h.path == "/limited")
+        later = [h.started for h in hits if h.started > refused.started]
+        assert min(later) - refused.started >= 1.9, "the host was asked again before Retry-After"
+        others = [t for t in starts(chain) if refused.started < t < refused.started + 1.9]
+        assert len(others) >= 5, "other hosts should keep going while one backs off"
+        assert crawl.stats()["retried"] == 1
+    finally:
+        limited.stop()
+        chain.stop()
+
+
+def test_hook_completes_urls_from_metadata(worker, rt, crawl_id):
+    server = serve({f"/item/{i}": page(f"Item {i}") for i in range(5)})
+    try:
+        seeds = [Request(server.url("/item"), meta={"item_id": i}) for i in range(5)]
+        crawl = start_crawl(seeds, spider="test-item-ids", crawl_id=crawl_id, fingerprint_meta=["item_id"],
+                            item_meta=True, **FAST)
+        assert crawl.wait(timeout=30), crawl.stats()
+        assert paths(crawl) == {f"/item/{i}" for i in range(5)}
+        assert sorted(i["item_id"] for i in crawl.items()) == [0, 1, 2, 3, 4]
+        assert "/item" not in server.counts
+    finally:
+        server.stop()
+
+
+def test_hooks_skip_requests_and_drop_items(worker, rt, crawl_id):
+    server = serve({"/": page("Home", ["/skip/1", "/keep", "/drop"]), "/keep": page("Kept"),
+                    "/drop": page("drop me"), "/skip/1": page("Never")})
+    try:
+        crawl = start_crawl(server.url("/"), spider="test-skipping", crawl_id=crawl_id, **FAST)
+        assert crawl.wait(timeout=30)
+        assert paths(crawl) == {"/", "/keep", "/drop"} and "/skip/1" not in server.counts
+        assert sorted(i["title"] for i in crawl.items()) == ["Home", "Kept"]
+        assert crawl.failures(reason="skipped_by_hook")[0]["url"].endswith("/skip/1")
+    finally:
+        server.stop()
+
+
+def test_identity_providers_are_called(worker, rt, crawl_id):
+    server = serve({"/": page("Home", ["/next"]), "/next": page("Next")})
+    proxy = SiteServer()
+    proxy.start()
+    for path in ("/", "/next", "/robots.txt"):
+        route = server.routes[path] if path in server.routes else status(404)
+        proxy.routes[server.url(path)] = route
+    spiders.PROXY["url"] = proxy.base
+    try:
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, user_agent_provider="tests.spiders:agent_provider",
+                            cookie_provider="tests.spiders:cookie_provider",
+                            proxy_provider="tests.spiders:proxy_provider", headers={"X-Crawl": "yes"}, **FAST)
+        assert crawl.wait(timeout=30), crawl.stats()
+        assert paths(crawl) == {"/", "/next"}
+        assert not server.hits, "requests must go through the proxy"
+        pages = [h for h in proxy.hits if not h.path.endswith("/robots.txt")]
+        assert {h.path for h in pages} == {server.url("/"), server.url("/next")}
+        assert all(h.headers["user-agent"] == "crawltasks-test-agent/1.0" for h in proxy.hits)
+        assert all(h.headers["x-crawl"] == "yes" for h in pages)
+        assert {h.headers["cookie"] for h in pages} == {"session=s-0", "session=s-1"}
+    finally:
+        spiders.PROXY["url"] = None
+        server.stop()
+        proxy.stop()
+
+
+def test_random_user_agent_rotates(worker, rt, crawl_id):
+    server = serve({f"/{i}": page(str(i)) for i in range(30)})
+    try:
+        crawl = start_crawl([server.url(f"/{i}") for i in range(30)], crawl_id=crawl_id, user_agent="random",
+                            obey_robots=False, **FAST)
+        assert crawl.wait(timeout=30)
+        assert len({h.headers["user-agent"] for h in server.hits}) > 1
+    finally:
+        server.stop()
+
+
+def test_scope_limits_are_counted(worker, rt, crawl_id):
+    routes = {"/": page("Home", [f"/a/{i}" for i in range(10)] + ["/deny/1", "/other/1"])}
+    routes.update({f"/a/{i}": page(f"A {i}") for i in range(10)})
+    server = serve(routes)
+    try:
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, max_pages=6, deny_patterns=["/deny/"],
+                            allow_patterns=[r"/$", "/a/", "/deny/"], **FAST)
+        assert crawl.wait(timeout=30)
+        stats = crawl.stats()
+        assert stats["scheduled"] == 6 and len(crawl.pages()) == 6
+        assert stats["filtered_denied"] == 1 and stats["filtered_not_allowed"] == 1
+        assert stats["filtered_max_pages"] == 5
+    finally:
+        server.stop()
+
+
+def test_max_pages_per_host(worker, rt, crawl_id):
+    server = serve({"/": page("Home", [f"/{i}" for i in range(10)]), **{f"/{i}": page(str(i)) for i in range(10)}})
+    try:
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, max_pages_per_host=4, **FAST)
+        assert crawl.wait(timeout=30)
+        assert len(crawl.pages()) == 4 and crawl.stats()["filtered_max_pages_per_host"] == 7
+    finally:
+        server.stop()
+
+
+def slow_site(n: int, delay: float) -> dict:
+    def slow(title, links):
+        body = page(title, links)
+
+        def route(server, path):
+            time.sleep(delay)
+            return body(server, path)
+        return route
+    return {f"/s/{i}": slow(f"S {i}", [f"/s/{i + 1}", f"/s/{(i + 2) % n}"]) for i in range(n)}
+
+
+def test_cancel_finishes_with_consistent_counters(worker, rt, crawl_id):
+    server = serve(slow_site(200, 0.05))
+    try:
+        crawl = start_crawl(server.url("/s/0"), crawl_id=crawl_id, obey_robots=False, **FAST)
+        assert wait_for(lambda: crawl.stats()["stored"] >= 5, timeout=30)
+        assert crawl.cancel() is True
+        assert crawl.wait(timeout=30), crawl.stats()
+        stats = crawl.stats()
+        assert stats["state"] == "cancelled" and stats["pending"] == 0
+        assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"]
+        assert stats["stored"] < 200 and len(crawl.pages()) == stats["stored"]
+        fetched = len(server.hits)
+        time.sleep(0.5)
+        assert len(server.hits) == fetched, "a cancelled crawl kept fetching"
+        assert crawl.cancel() is False
+    finally:
+        server.stop()
+
+
+def test_max_run_time_cancels(worker, rt, crawl_id):
+    server = serve(slow_site(300, 0.05))
+    try:
+        crawl = start_crawl(server.url("/s/0"), crawl_id=crawl_id, max_run_time=1.0, obey_robots=False, **FAST)
+        assert crawl.wait(timeout=30), crawl.stats()
+        assert crawl.stats()["state"] == "cancelled" and crawl.stats()["stored"] < 300
+    finally:
+        server.stop()
+
+
+def test_two_crawls_at_once_stay_apart(worker, rt, crawl_id):
+    server = serve(slow_site(40, 0.01))
+    try:
+        a = start_crawl(server.url("/s/0"), crawl_id=crawl_id + "-a", **FAST)
+        b = start_crawl(server.url("/s/0"), crawl_id=crawl_id + "-b", **FAST)
+        assert a.wait(timeout=60) and b.wait(timeout=60)
+        assert paths(a) == paths(b) == {f"/s/{i}" for i in range(40)}
+        assert a.stats()["stored"] == b.stats()["stored"] == 40
+    finally:
+        server.stop()
+
+
+def test_visit_ttl_skips_pages_an_earlier_crawl_stored(worker, rt, crawl_id):
+    server = serve({"/": page("Home", ["/1", "/2"]), "/1": page("1"), "/2": page("2")})
+    try:
+        first = start_crawl(server.url("/"), crawl_id=crawl_id + "-1", visit_ttl=3600, **FAST)
+        assert first.wait(timeout=30) and len(first.pages()) == 3
+        hits = len(server.hits)
+        second = start_crawl(server.url("/"), crawl_id=crawl_id + "-2", visit_ttl=3600, **FAST)
+        assert second.wait(timeout=30)
+        assert second.pages() == [] and second.stats()["filtered_recently_visited"] == 1
+        assert len(server.hits) == hits
+        third = start_crawl(Request(server.url("/"), dont_filter=True), crawl_id=crawl_id + "-3", visit_ttl=3600,
+                            **FAST)
+        assert third.wait(timeout=30) and paths(third) == {"/"}
+    finally:
+        rt.state.r.delete("ct:visited:site")
+        server.stop()
+
+
+def gz_sitemap_index(locs):
+    xml = "".join(f"<sitemap><loc>{u}</loc></sitemap>" for u in locs)
+    return gzip.compress(f'<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                         f"{xml}</sitemapindex>".encode())
+
+
+def urlset(locs):
+    xml = "".join(f"<url><loc>{u}</loc></url>" for u in locs)
+    return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{xml}</urlset>'.encode()
+
+
+def test_sitemap_seeds_and_robots_sitemaps(worker, rt, crawl_id):
+    server = SiteServer()
+    base = server.base
+    server.routes.update({
+        "/sitemap_index.xml.gz": lambda s, p: (200, {"Content-Type": "application/gzip"},
+                                               gz_sitemap_index([base + "/sitemap1.xml"])),
+        "/sitemap1.xml": lambda s, p: (200, {"Content-Type": "application/xml"},
+                                       urlset([f"{base}/s/{i}" for i in range(5)])),
+        "/robots.txt": lambda s, p: (200, {}, f"Sitemap: {base}/sitemap1.xml\n".encode()),
+        "/": page("Home"),
+        **{f"/s/{i}": page(f"S {i}") for i in range(5)},
+    })
+    server.start()
+    try:
+        crawl = start_crawl(server.url("/sitemap_index.xml.gz"), crawl_id=crawl_id, max_depth=0, **FAST)
+        assert crawl.wait(timeout=30), crawl.stats()
+        assert paths(crawl) == {"/sitemap_index.xml.gz", "/sitemap1.xml", *(f"/s/{i}" for i in range(5))}
+        from_robots = start_crawl(server.url("/"), crawl_id=crawl_id + "-r", max_depth=0, sitemap_from_robots=True,
+                                  **FAST)
+        assert from_robots.wait(timeout=30)
+        assert paths(from_robots) == {"/", "/sitemap1.xml", *(f"/s/{i}" for i in range(5))}
+    finally:
+        server.stop()

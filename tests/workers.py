@@ -1,0 +1,61 @@
+"""Real worker processes (`celery -A crawltasks worker`) for tests that need several of them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from crawltasks.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_QUEUES = "crawl.store,crawl.parse,crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.control"
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")}
+    env.update(CRAWLTASKS_BROKER_URL=settings.broker_url or "", CRAWLTASKS_REDIS_URL=settings.redis_url,
+               CRAWLTASKS_MONGO_URL=settings.mongo_url, CRAWLTASKS_MONGO_DB=settings.mongo_db,
+               CRAWLTASKS_SPIDER_MODULES=",".join(settings.spider_modules), PYTHONPATH=str(ROOT))
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """One `celery worker` subprocess; stop() is safe to call twice."""
+
+    def __init__(self, settings: Settings, name: str, queues: str = ALL_QUEUES, pool: str = "threads",
+                 concurrency: int = 4, log_path: Path | None = None) -> None:
+        self.name = name
+        cmd = [sys.executable, "-m", "celery", "-A", "crawltasks", "worker", "-Q", queues, "-P", pool,
+               "-c", str(concurrency), "-n", f"{name}@%h", "-l", "warning",
+               "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings), stdout=out, stderr=out,
+                                     start_new_session=True)
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
