@@ -94,6 +94,14 @@ def build_parser() -> Parser:
                        ("cancel", "stop a crawl for good; it finishes as cancelled")):
         sub.add_parser(name, help=text).add_argument("crawl_id")
 
+    r = sub.add_parser("retry-failed", help="send a crawl's failed requests through the pipeline again")
+    r.add_argument("crawl_id")
+    r.add_argument("--reason", help="only failures with this reason")
+    for flag in ("--no-worker", "--detach", "--quiet"):
+        r.add_argument(flag, action="store_true")
+    r.add_argument("--workers", type=positive_int, default=4)
+    r.add_argument("--output", "-o", help="write the crawl's pages afterwards")
+
     f = sub.add_parser("failures", help="list a crawl's failed URLs")
     f.add_argument("crawl_id")
     f.add_argument("--reason", help="only this reason, e.g. http_404 or timeout")
@@ -142,14 +150,45 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
     if not args.urls and not args.spider:
         raise UsageError("give at least one URL, or --spider NAME with start_urls")
-    if args.detach and not args.no_worker:
-        raise UsageError("--detach goes with --no-worker")
-    if args.no_worker and not os.environ.get(ENV_BROKER):
-        raise UsageError(f"--no-worker needs external workers: set {ENV_BROKER} (and the Redis/Mongo URLs)")
+    check_worker_flags(args)
     try:
         check_seeds(args.urls)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+    def begin():
+        try:
+            return start_crawl(args.urls or None, spider=args.spider, crawl_id=args.crawl_id, **crawl_options(args))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    return run_to_completion(args, begin)
+
+
+def cmd_retry_failed(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    check_worker_flags(args)
+
+    def begin():
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        print(f"sending {crawl.retry_failed(args.reason)} failed request(s) again")
+        return crawl
+
+    return run_to_completion(args, begin)
+
+
+def check_worker_flags(args: argparse.Namespace) -> None:
+    if args.detach and not args.no_worker:
+        raise UsageError("--detach goes with --no-worker")
+    if args.no_worker and not os.environ.get(ENV_BROKER):
+        raise UsageError(f"--no-worker needs external workers: set {ENV_BROKER} (and the Redis/Mongo URLs)")
+
+
+def run_to_completion(args: argparse.Namespace, begin) -> int:
+    """Start the services and (unless --no-worker) a local worker, run begin(), wait, summarize, export."""
     with services(args) as (settings, _embedded):
         from .celeryapp import app, use_broker
 
@@ -162,11 +201,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()
         try:
-            try:
-                crawl = start_crawl(args.urls or None, spider=args.spider, crawl_id=args.crawl_id,
-                                    **crawl_options(args))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
+            crawl = begin()
             if args.detach:
                 print(crawl.id)
                 return 0
@@ -263,8 +298,10 @@ def cmd_control(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"pause": cmd_control, "resume": cmd_control, "cancel": cmd_control, "crawl": cmd_crawl,
-            "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list}
+COMMANDS = {
+    "crawl": cmd_crawl, "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list,
+    "retry-failed": cmd_retry_failed, "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import runtime
-from .frontier import schedule
+from .frontier import QUEUED_LEASES, dispatch, schedule
 from .guard import private_seed_hosts
 from .models import Request
 from .robots import Robots, origin_of
@@ -91,8 +91,10 @@ class Crawl:
         from .tasks import send_batch
 
         changed, parked = self.rt.state.control(self.id, ["paused"], "running")
+        lease = QUEUED_LEASES * self.rt.options(self.id).lease_time
         for raw in parked:
             batch = [Request.from_dict(r) for r in json.loads(raw)]
+            self.rt.state.lease(self.id, [r.ticket for r in batch], lease)
             send_batch(self.id, batch[0].priority, batch)
         return changed
 
@@ -101,6 +103,22 @@ class Crawl:
         from .pipeline import cancel
 
         return cancel(self.rt, self.id)
+
+    def retry_failed(self, reason: str | None = None) -> int:
+        """Send the crawl's failed requests through the pipeline again; returns how many."""
+        from .tasks import send_batch
+
+        records = [r for r in self.failures(reason) if r.get("outcome", "failed") == "failed"]
+        requests = [Request(url=r["url"], depth=r["depth"], meta=r.get("meta") or {}, fp=r["fp"],
+                            ticket=r.get("ticket") or r["fp"], referer=r.get("referer")) for r in records]
+        flags = self.rt.state.redrive(self.id, [r.ticket for r in requests])
+        again = [r for r, ok in zip(requests, flags, strict=True) if ok]
+        opts = self.rt.options(self.id)
+        self.rt.state.lease(self.id, [r.ticket for r in again], QUEUED_LEASES * opts.lease_time,
+                            [json.dumps(r.to_dict()) for r in again])
+        self.rt.storage.delete_failures(self.id, [r.fp for r in again])
+        dispatch(self.id, again, opts.batch_size, send_batch)
+        return len(again)
 
     def export(self, path: str, items: bool = True) -> tuple[int, int]:
         """Write the crawl's pages (and items) as JSON Lines; returns (pages, items)."""

@@ -127,14 +127,20 @@ class InProcessWorker:
         self._thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
 
     def start(self, timeout: float = 30) -> None:
+        from .leases import Reclaimer
+        from .tasks import send_batch
+
         self._thread.start()
         if not self._started.wait(timeout):
             raise EmbeddedError("the in-process Celery worker did not start")
+        self._reclaimer = Reclaimer(send_batch).start()
 
     def stop(self, timeout: float = 30) -> None:
         """Ask the worker's own loop to shut down (closing it from this thread races with the loop)."""
         from celery.worker import state
 
+        if getattr(self, "_reclaimer", None) is not None:
+            self._reclaimer.stop()
         state.should_terminate = 0
         self._thread.join(timeout)
         state.should_terminate = None

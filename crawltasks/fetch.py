@@ -33,42 +33,43 @@ _local = threading.local()
 
 
 class _Watch:
-    """The connection one fetch is using, so that the total time cap can cut it.
+    """The socket one fetch is using, so that the total time cap can cut it.
 
     A socket timeout bounds each read, not the response: a server that drips a byte every second
     (in the headers or the body) would hold a fetch for ever. At the deadline the watch shuts the
-    socket down, which wakes the blocked read at once.
+    socket down, which wakes the blocked read at once. The socket itself is kept, not the
+    connection: http.client lets go of a connection's socket once the headers say "close".
     """
 
     def __init__(self) -> None:
-        self.conn: HTTPConnection | None = None
+        self.sock: socket.socket | None = None
         self.expired = False
         self._lock = threading.Lock()
 
-    def attach(self, conn: HTTPConnection) -> None:
+    def attach(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
         with self._lock:
-            self.conn = conn
+            self.sock = sock
             expired = self.expired
         if expired:
-            _shutdown(conn)
+            _shutdown(sock)
 
     def expire(self) -> None:
         with self._lock:
             self.expired = True
-            conn = self.conn
-        if conn is not None:
-            _shutdown(conn)
+            sock = self.sock
+        if sock is not None:
+            _shutdown(sock)
 
 
-def _shutdown(conn: HTTPConnection) -> None:
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):  # already closed: nothing to cut
-            sock.shutdown(socket.SHUT_RDWR)
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed: nothing to cut
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _WatchedMixin:
-    """Registers the connection with the calling thread's watch when a request starts on it."""
+    """Hands the connection's socket to the calling thread's watch whenever it is used."""
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
@@ -77,11 +78,12 @@ class _WatchedMixin:
     def request(self, *args: Any, **kwargs: Any) -> None:
         self._attach()
         super().request(*args, **kwargs)  # type: ignore[misc]
+        self._attach()
 
     def _attach(self) -> None:
         watch = getattr(_local, "watch", None)
         if watch is not None:
-            watch.attach(self)  # type: ignore[arg-type]
+            watch.attach(getattr(self, "sock", None))
 
 
 class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -13,6 +14,8 @@ from .models import PRIORITIES, Request
 from .redisstate import NEW, RedisState
 from .settings import CrawlOptions
 from .urls import FOLLOWED_SCHEMES, InvalidURL, canonicalize, fingerprint, host_of, in_domains, raw_fingerprint
+
+QUEUED_LEASES = 3  # a queued request's lease is this many lease_times: queues can be long
 
 # send(crawl_id, priority, batch, countdown): puts one fetch -> parse -> store chain on the broker.
 Sender = Callable[[str, str, list[Request], float], None]
@@ -74,6 +77,8 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
     for r in fresh:
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
+    state.lease(crawl_id, [r.ticket for r in fresh], QUEUED_LEASES * options.lease_time,
+                [json.dumps(r.to_dict()) for r in fresh])
     dispatch(crawl_id, fresh, options.batch_size, send)
     return len(fresh)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .frontier import Sender, backoff, dispatch, schedule
+from .frontier import QUEUED_LEASES, Sender, backoff, dispatch, schedule
 from .models import Fetched, Request
 from .parse import is_html
 from .politeness import HostGate, fetch_batch
@@ -69,6 +69,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
         return FetchOutcome()
     if crawl_is_stopping(rt, crawl_id):
         return FetchOutcome(results=[_skip(r, "cancelled", "the crawl was cancelled") for r in batch])
+    state.lease(crawl_id, [r.ticket for r in batch], options.lease_time)
     spider = rt.spider(crawl_id)
     out = FetchOutcome()
     robots = Robots(state, options) if options.obey_robots else None
@@ -120,14 +121,19 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
     return out
 
 
-def send_later(crawl_id: str, outcome: FetchOutcome, batch_size: int, send: Sender) -> None:
-    """Put retries (with their backoff) and deferred requests back on the broker."""
+def send_later(rt: Runtime, crawl_id: str, outcome: FetchOutcome, send: Sender) -> None:
+    """Put retries (with their backoff) and deferred requests back on the broker, leases renewed."""
+    options = rt.options(crawl_id)
+    queued = QUEUED_LEASES * options.lease_time
     for req, countdown in outcome.retries:
+        rt.state.lease(crawl_id, [req.ticket], countdown + queued, [json.dumps(req.to_dict())])
         log.info("retry %s in %.1fs (attempt %d)", req.url, countdown, req.attempt,
                  extra={"crawl_id": crawl_id, "url": req.url})
         send(crawl_id, req.priority, [req], countdown)
     if outcome.deferred:
-        dispatch(crawl_id, outcome.deferred, batch_size, send, countdown=max(0.05, outcome.defer_for))
+        countdown = max(0.05, outcome.defer_for)
+        rt.state.lease(crawl_id, [r.ticket for r in outcome.deferred], countdown + queued)
+        dispatch(crawl_id, outcome.deferred, options.batch_size, send, countdown=countdown)
 
 
 def record_doc(crawl_id: str, f: Fetched, outcome: str = "failed") -> dict[str, Any]:
@@ -254,7 +260,7 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     items = [d for d in (spider.before_store("item", dict(i)) for i in parsed["items"]) if d is not None]
     records = [dict(r) for r in parsed["records"]]
     for record in records:
-        outcomes.append((record.pop("ticket"), record["outcome"]))
+        outcomes.append((record["ticket"], record["outcome"]))
     storage.add(PAGES, page_docs)
     storage.add(ITEMS, items)
     storage.add(FAILURES, records)

@@ -20,7 +20,7 @@ PREFIX = "ct"
 # Counters of one crawl. Invariant: scheduled == stored + failed + skipped + pending.
 COUNTERS = (
     "scheduled", "pending", "fetched", "parsed", "stored", "failed", "skipped",
-    "duplicates", "filtered", "retried", "deferred", "items",
+    "duplicates", "filtered", "retried", "deferred", "items", "reclaimed", "redriven",
 )
 OUTCOMES = ("stored", "failed", "skipped")
 NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # schedule() verdicts
@@ -66,6 +66,16 @@ class Keys:
     @staticmethod
     def host_counts(crawl_id: str) -> str:  # hash host -> requests scheduled (max_pages_per_host)
         return f"{PREFIX}:{{{crawl_id}}}:hosts"
+
+    @staticmethod
+    def leases(crawl_id: str) -> str:  # zset ticket -> lease deadline (ms) of requests in flight
+        return f"{PREFIX}:{{{crawl_id}}}:leases"
+
+    @staticmethod
+    def inflight(crawl_id: str) -> str:  # hash ticket -> request JSON (with its retry count), for the reclaimer
+        return f"{PREFIX}:{{{crawl_id}}}:inflight"
+
+    active = f"{PREFIX}:active"  # set of crawls not finished: what the reclaimer looks at
 
     @staticmethod
     def parked(crawl_id: str) -> str:  # list of request batches (JSON) held while the crawl is paused
@@ -121,11 +131,14 @@ end
 return flags
 """
 
-# KEYS: outcome, stats, meta. ARGV: ticket, outcome, ticket, outcome, ...
-# A ticket is counted once, whatever the replays. Returns {newly finished, crawl finished now (0/1)}.
+# KEYS: outcome, stats, meta, leases, inflight. ARGV: ticket, outcome, ticket, outcome, ...
+# A ticket is counted once, whatever the replays, and its lease ends. Returns {newly finished,
+# crawl finished now (0/1)}.
 _FINISH = """
 local done = 0
 for i = 1, #ARGV, 2 do
+  redis.call('ZREM', KEYS[4], ARGV[i])
+  redis.call('HDEL', KEYS[5], ARGV[i])
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     redis.call('HINCRBY', KEYS[2], ARGV[i + 1], 1)
     done = done + 1
@@ -143,6 +156,61 @@ if pending <= 0 then
   end
 end
 return {done, 0}
+"""
+
+# KEYS: leases, inflight, outcome. ARGV: lease_ms, then ticket, request JSON ("" keeps the saved one).
+# Takes or renews the lease of requests not yet finished.
+_LEASE = """
+local t = redis.call('TIME')
+local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
+    redis.call('ZADD', KEYS[1], deadline, ARGV[i])
+    if ARGV[i + 1] ~= '' then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  end
+end
+return 1
+"""
+
+# KEYS: leases, inflight, outcome. ARGV: lease_ms, max. Expired leases of unfinished requests are
+# renewed and their requests returned (to be sent again); finished ones are dropped. Atomic, so two
+# reclaimers never send the same request twice.
+_RECLAIM = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, ticket in ipairs(expired) do
+  local req = redis.call('HGET', KEYS[2], ticket)
+  if redis.call('HEXISTS', KEYS[3], ticket) == 1 or not req then
+    redis.call('ZREM', KEYS[1], ticket)
+    redis.call('HDEL', KEYS[2], ticket)
+  else
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ticket)
+    out[#out + 1] = req
+  end
+end
+return out
+"""
+
+# KEYS: outcome, stats, meta. ARGV: tickets. Failed tickets become pending again (retry-failed);
+# the crawl is running again. Returns 1/0 per ticket.
+_REDRIVE = """
+local flags, n = {}, 0
+for i, ticket in ipairs(ARGV) do
+  if redis.call('HGET', KEYS[1], ticket) == 'failed' then
+    redis.call('HDEL', KEYS[1], ticket)
+    flags[i] = 1; n = n + 1
+  else flags[i] = 0 end
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[2], 'failed', 0 - n)
+  redis.call('HINCRBY', KEYS[2], 'pending', n)
+  redis.call('HINCRBY', KEYS[2], 'redriven', n)
+  redis.call('HDEL', KEYS[3], 'finished_at')
+  redis.call('HSET', KEYS[3], 'state', 'running')
+end
+return flags
 """
 
 # KEYS: meta, parked. ARGV: from-states (comma separated), to-state.
@@ -217,6 +285,9 @@ class RedisState:
         self._host_feedback = client.register_script(_HOST_FEEDBACK)
         self._control = client.register_script(_CONTROL)
         self._park = client.register_script(_PARK)
+        self._lease = client.register_script(_LEASE)
+        self._reclaim = client.register_script(_RECLAIM)
+        self._redrive = client.register_script(_REDRIVE)
 
     @classmethod
     def from_url(cls, url: str) -> RedisState:
@@ -232,6 +303,7 @@ class RedisState:
                 "options": json.dumps(options), "state": "running", "seeds": json.dumps(list(seeds)),
             })
             self.r.zadd(Keys.crawls, {crawl_id: now})
+            self.r.sadd(Keys.active, crawl_id)
         return bool(created)
 
     def crawl_options(self, crawl_id: str) -> dict[str, Any] | None:
@@ -248,6 +320,7 @@ class RedisState:
         """Let a finished crawl run again (more seeds, retried failures); finished fires again later."""
         self.r.hdel(Keys.meta(crawl_id), "finished_at")
         self.r.hset(Keys.meta(crawl_id), "state", "running")
+        self.r.sadd(Keys.active, crawl_id)
 
     def is_finished(self, crawl_id: str) -> bool:
         return self.r.hexists(Keys.meta(crawl_id), "finished_at")
@@ -272,8 +345,11 @@ class RedisState:
             if outcome not in OUTCOMES:
                 raise ValueError(f"unknown outcome {outcome!r}")
             args += [ticket, outcome]
-        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id)]
+        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id), Keys.leases(crawl_id),
+                Keys.inflight(crawl_id)]
         done, finished = self._finish(keys=keys, args=args)
+        if finished:
+            self.r.srem(Keys.active, crawl_id)
         return int(done), bool(finished)
 
     def check_finished(self, crawl_id: str) -> bool:
@@ -303,6 +379,41 @@ class RedisState:
     def claim_seen(self, crawl_id: str, fp: str) -> bool:
         """Mark a fingerprint seen (e.g. a redirect target); True if it was new."""
         return bool(self.r.sadd(Keys.seen(crawl_id), fp))
+
+    # --- leases of requests in flight -----------------------------------------------------------
+    def lease(self, crawl_id: str, tickets: Sequence[str], seconds: float, requests_json: Sequence[str] = ()) -> None:
+        """Take or renew leases; with requests_json, also save the requests for the reclaimer."""
+        if not tickets:
+            return
+        args: list[str | int] = [int(seconds * 1000)]
+        saved = list(requests_json) or [""] * len(tickets)
+        for ticket, raw in zip(tickets, saved, strict=True):
+            args += [ticket, raw]
+        self._lease(keys=[Keys.leases(crawl_id), Keys.inflight(crawl_id), Keys.outcome(crawl_id)], args=args)
+
+    def reclaim(self, crawl_id: str, seconds: float, limit: int = 1000) -> list[dict[str, Any]]:
+        """Requests whose lease expired unfinished (their worker died or their message was lost)."""
+        raw = self._reclaim(keys=[Keys.leases(crawl_id), Keys.inflight(crawl_id), Keys.outcome(crawl_id)],
+                            args=[int(seconds * 1000), limit])
+        return [json.loads(r) for r in raw]
+
+    def leased(self, crawl_id: str) -> int:
+        return int(self.r.zcard(Keys.leases(crawl_id)))
+
+    def active_crawls(self) -> list[str]:
+        return sorted(c.decode() for c in self.r.smembers(Keys.active))
+
+    def forget_active(self, crawl_id: str) -> None:
+        self.r.srem(Keys.active, crawl_id)
+
+    def redrive(self, crawl_id: str, tickets: Sequence[str]) -> list[bool]:
+        """Make failed tickets pending again; True for each that was failed."""
+        if not tickets:
+            return []
+        self.r.sadd(Keys.active, crawl_id)
+        flags = self._redrive(keys=[Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id)],
+                              args=list(tickets))
+        return [bool(f) for f in flags]
 
     # --- visits across crawls (re-crawling after visit_ttl) --------------------------------------
     def mark_visited(self, spider: str, fps: Sequence[str]) -> None:
@@ -383,3 +494,4 @@ class RedisState:
         if keys:
             self.r.delete(*keys)
         self.r.zrem(Keys.crawls, crawl_id)
+        self.r.srem(Keys.active, crawl_id)

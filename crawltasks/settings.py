@@ -68,6 +68,8 @@ class CrawlOptions:
     allow_private: bool = False  # let links and redirects reach private/loopback/link-local addresses
     private_hosts: list[str] | None = None  # hosts allowed although private: the seeds' own (filled at start)
     body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
+    lease_time: float = 600.0  # seconds a taken batch may take to be stored before it is sent again;
+    # a request waiting in a queue has three times as long
     # politeness, shared by all workers through Redis
     host_random_delay: float = 0.0  # up to this many seconds added at random to host_delay
     host_rules: list[dict[str, Any]] = field(default_factory=list)  # per-host limits, first match wins:
@@ -98,6 +100,7 @@ class CrawlOptions:
         _check(self.host_concurrency >= 1, "host_concurrency must be >= 1")
         _check(self.host_delay >= 0, "host_delay must be >= 0")
         _check(self.timeout > 0, "timeout must be > 0")
+        _check(self.lease_time > self.timeout, "lease_time must be longer than timeout")
         _check(self.max_size > 0, "max_size must be > 0")
         _check(min(self.max_pages, self.max_pages_per_host, self.max_run_time, self.visit_ttl) >= 0,
                "limits must be >= 0")

@@ -99,6 +99,10 @@ class MongoStorage:
     def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         return self.db[collection].find(query, {"_id": 0}).sort("fp", 1)
 
+    def delete_failures(self, crawl_id: str, fps: list[str]) -> None:
+        if fps:
+            self.db[FAILURES].delete_many({"crawl_id": crawl_id, "fp": {"$in": fps}})
+
     def delete_crawl(self, crawl_id: str) -> None:
         for name in (PAGES, ITEMS, FAILURES):
             self.db[name].delete_many({"crawl_id": crawl_id})

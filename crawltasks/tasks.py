@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pymongo.errors
 import redis.exceptions
-from celery import chain
+from celery import chain, signals
 
 import celeryconfig
 
@@ -41,7 +41,7 @@ def send_batch(crawl_id: str, priority: str, batch: list[Request], countdown: fl
 def fetch(self, crawl_id: str, batch: list[dict]) -> dict:
     rt = runtime.current()
     outcome = pipeline.fetch_stage(rt, crawl_id, [Request.from_dict(r) for r in batch])
-    pipeline.send_later(crawl_id, outcome, rt.options(crawl_id).batch_size, send_batch)
+    pipeline.send_later(rt, crawl_id, outcome, send_batch)
     if not outcome.results:
         self.request.chain = None  # everything went back to the queue: nothing to parse or store
     return {"crawl_id": crawl_id, "results": [f.to_dict() for f in outcome.results]}
@@ -56,3 +56,11 @@ def parse(self, fetched: dict) -> dict:
 @app.task(name="crawltasks.store", bind=True, **OUTAGE_RETRY)
 def store(self, parsed: dict) -> bool:
     return pipeline.store_stage(runtime.current(), parsed["crawl_id"], parsed)
+
+
+@signals.worker_ready.connect
+def start_reclaimer(**_: object) -> None:
+    """Every `celery worker` also re-sends requests whose lease expired (see crawltasks.leases)."""
+    from .leases import Reclaimer
+
+    Reclaimer(send_batch).start()

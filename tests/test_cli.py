@@ -47,6 +47,17 @@ def test_embedded_crawl_then_stats_and_export_from_the_same_data_dir(site, tmp_p
     assert export.returncode == 0, export.stderr
     assert sorted(again.read_text().splitlines()) == sorted(out.read_text().splitlines())
 
+    failures = run_cli(["failures", "cli-1", "--reason", "http_404"], tmp_path)
+    assert failures.returncode == 0 and "/missing" in failures.stdout and "1 failure(s)" in failures.stdout
+
+    retried = run_cli(["retry-failed", "cli-1", "--reason", "http_500", "--quiet"], tmp_path)
+    assert retried.returncode == 0, retried.stderr
+    assert "sending 2 failed request(s) again" in retried.stdout  # /dead and /flaky
+    assert "crawl cli-1 finished" in retried.stdout
+
+    cancel = run_cli(["cancel", "cli-1"], tmp_path)
+    assert cancel.returncode == 0 and "cannot cancel a finished crawl" in cancel.stdout
+
 
 def test_max_depth_zero_fetches_only_the_seeds(site, tmp_path):
     out = tmp_path / "seed.jsonl"
