@@ -11,6 +11,8 @@ import argparse
 import contextlib
 import fcntl
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -90,20 +92,44 @@ class EmbeddedServices:
         raise EmbeddedError("the embedded MongoDB store did not start within 30 s")
 
     def stop(self) -> None:
+        """Stop both servers together; Redis saves its data first, the store closes cleanly."""
         if self._mongo is not None:
             self._mongo.terminate()
+        if self._redis is not None:
+            self._stop_redis()
+        if self._mongo is not None:
             try:
-                self._mongo.wait(10)
+                self._mongo.wait(15)
             except subprocess.TimeoutExpired:
                 self._mongo.kill()
             self._mongo = None
-        if self._redis is not None:
-            with contextlib.suppress(Exception):  # already gone is fine
-                self._redis.shutdown(save=True)
-            self._redis = None
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+    def _stop_redis(self) -> None:
+        server, self._redis = self._redis, None
+        pid = server.pid
+        with contextlib.suppress(Exception):  # already gone is fine
+            server.save()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.02)
+        if getattr(server, "redis_dir", None):  # its socket's temporary directory
+            shutil.rmtree(server.redis_dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    return True
 
 
 class InProcessWorker:
@@ -148,8 +174,6 @@ class InProcessWorker:
 
 def _serve_mongo(storage: str, uri_file: str) -> None:
     """Child process: run SecantusDB until terminated, publishing its URI in uri_file."""
-    import signal
-
     from secantus import SecantusDBServer
 
     server = SecantusDBServer(host="127.0.0.1", port=0, storage_path=storage)
