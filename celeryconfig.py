@@ -58,6 +58,12 @@ broker_transport_options = {
     "visibility_timeout": 2 * 3600,
     "priority_steps": list(range(10)),
 }
+if broker_url.startswith(("amqp", "pyamqp")):
+    # RabbitMQ: the Redis-only options above are ignored; publisher confirms make a publish
+    # return only once the broker has the message (at least once, end to end). Priorities: every
+    # queue is declared with x-max-priority (above); a worker reads its queues round-robin, so run
+    # one worker per queue family (docker/docker-compose.yml) to keep store/parse from waiting on fetch.
+    broker_transport_options = {"confirm_publish": True}
 broker_connection_retry_on_startup = True
 broker_connection_max_retries = None
 task_publish_retry = True
@@ -73,4 +79,8 @@ result_backend = None
 # --- Monitoring: events on, so Flower shows tasks -------------------------------------------------
 worker_send_task_events = True
 task_send_sent_event = True
+# Flower lists each task's argsrepr (crawl id, batch size, first URL: set by tasks.send_batch) and the
+# repr of its result; keep that repr short so a fetch result (metadata of a batch) stays one line.
+task_annotations = {name: {"resultrepr_maxsize": 200}
+                    for name in ("crawltasks.fetch", "crawltasks.parse", "crawltasks.store")}
 worker_hijack_root_logger = False

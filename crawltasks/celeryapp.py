@@ -1,5 +1,6 @@
 """The Celery app. Its configuration is ``celeryconfig.py``; nothing connects at import."""
 
+import kombu.pools
 from celery import Celery
 
 app = Celery("crawltasks")
@@ -12,3 +13,5 @@ def use_broker(url: str) -> None:
     if app._pool is not None:
         app._pool.force_close_all()
         app._pool = None
+    kombu.pools.reset()  # kombu keeps pools per connection globally; the old ones are closed
+    app.amqp._producer_pool = None

@@ -310,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if not args.command:
             raise UsageError("give a command: crawl, stats, export, failures or list (see 'crawltasks --help')")
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from .logs import setup
+
+        setup(logging.INFO if args.verbose else logging.WARNING)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"crawltasks: error: {exc}", file=sys.stderr)

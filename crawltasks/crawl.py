@@ -10,7 +10,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from . import runtime
+from . import logs, runtime
 from .frontier import QUEUED_LEASES, dispatch, schedule
 from .guard import private_seed_hosts
 from .models import Request
@@ -187,9 +187,11 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     opts = build_options(spider_cls, [r.url for r in requests], options)
     state = rt.state
     rt.storage.ensure_indexes()
-    if not state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests]):
+    created = state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests])
+    if not created:
         opts = rt.options(crawl_id)  # continuing: the saved options win
         state.reopen(crawl_id)
+    logs.crawl_started(crawl_id, [r.url for r in requests], opts.to_dict(), continued=not created)
     from .tasks import send_batch  # the Celery side is only needed once something is sent
 
     if opts.sitemap_from_robots:

@@ -43,9 +43,12 @@ class HostState:
     in_flight: int
     wait: float  # seconds until the next request may start (0: now)
     limit: int | None = None
+    backoff: float = 0.0  # extra seconds between requests after the host answered 429/503
 
     @property
     def label(self) -> str:
+        if self.backoff > 0:
+            return "backing off"
         if self.limit is not None and self.in_flight >= self.limit:
             return "at limit"
         if self.wait > 0:
@@ -146,7 +149,7 @@ def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
 def active_hosts(rt: Runtime) -> set[str]:
     """Hosts with a request in flight or a delay running (their gate keys expire when idle)."""
     hosts = set()
-    for suffix in ("slots", "next"):
+    for suffix in ("slots", "next", "backoff"):
         for key in rt.state.r.scan_iter(match=f"{PREFIX}:host:*:{suffix}", count=500):
             name = key.decode()
             start, end = name.find("{"), name.rfind("}")
@@ -167,12 +170,13 @@ def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> 
     for host in hosts:
         pipe.zcount(Keys.host_slots(host), f"({now_ms}", "+inf")
         pipe.get(Keys.host_next(host))
+        pipe.get(Keys.host_backoff(host))
     replies = pipe.execute()
     out = []
     for i, host in enumerate(hosts):
-        in_flight, nxt = int(replies[2 * i]), replies[2 * i + 1]
+        in_flight, nxt, backoff = int(replies[3 * i]), replies[3 * i + 1], replies[3 * i + 2]
         wait = max(0.0, (int(nxt) - now_ms) / 1000.0) if nxt else 0.0
-        out.append(HostState(host, in_flight, wait, limit))
+        out.append(HostState(host, in_flight, wait, limit, int(float(backoff or 0)) / 1000.0))
     out.sort(key=lambda h: (-h.in_flight, -h.wait, h.host))
     return out
 
@@ -264,10 +268,12 @@ def render(snap: Snapshot, rate: float | None = None, done_rate: float | None = 
         hosts.add_column("host")
         hosts.add_column("in flight", justify="right")
         hosts.add_column("next request in", justify="right")
+        hosts.add_column("back-off", justify="right")
         hosts.add_column("state")
         for h in snap.hosts[:MAX_HOSTS]:
             limit = f"/{h.limit}" if h.limit else ""
-            hosts.add_row(h.host, f"{h.in_flight}{limit}", f"{h.wait:.2f}s" if h.wait else "now", h.label)
+            hosts.add_row(h.host, f"{h.in_flight}{limit}", f"{h.wait:.2f}s" if h.wait else "now",
+                          f"+{h.backoff:.2f}s" if h.backoff else "-", h.label)
         if len(snap.hosts) > MAX_HOSTS:
             hosts.caption = f"{len(snap.hosts) - MAX_HOSTS} more host(s)"
         parts.append(hosts)

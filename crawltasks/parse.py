@@ -18,6 +18,8 @@ from .urls import join
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 SKIPPED_SCHEMES = ("javascript:", "mailto:", "data:", "tel:", "ftp:", "file:", "about:", "blob:", "sms:")
 _WS = re.compile(r"\s+")
+# libxml2 drops everything after </html> (and often after </body>); browsers keep it in the body.
+_CLOSING_ROOT = re.compile(rb"</\s*(?:html|body)\s*>", re.IGNORECASE)
 
 
 def is_html(content_type: str | None, body: bytes) -> bool:
@@ -46,6 +48,7 @@ def parse_tree(body: bytes, encoding: str) -> etree._Element | None:
     """An lxml tree of the document, or None when nothing parseable is there."""
     if not body.strip():
         return None
+    body = _CLOSING_ROOT.sub(b"", body)  # the end tags are implied; content after them is kept
     try:
         return lxml.html.document_fromstring(body, parser=_parser(encoding))
     except (etree.ParserError, ValueError, LookupError):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from . import logs
 from .frontier import QUEUED_LEASES, Sender, backoff, dispatch, schedule
 from .models import Fetched, Request
 from .parse import is_html
@@ -39,6 +40,7 @@ RECORDED_SKIPS = frozenset({"robots_disallowed", "skipped_by_hook"})  # skipped,
 class FetchOutcome:
     results: list[Fetched] = field(default_factory=list)
     retries: list[tuple[Request, float]] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # ticket -> why it is retried
     deferred: list[Request] = field(default_factory=list)
     defer_for: float = 0.0
 
@@ -100,7 +102,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
             out.defer_for = 0.5
         else:
             to_fetch.append(changed)
-    done = fetch_batch(HostGate(state, options, robots.crawl_delay if robots else None), to_fetch, options)
+    done = fetch_batch(HostGate(state, options, robots.crawl_delay if robots else None, crawl_id), to_fetch, options)
     out.deferred += done.deferred
     out.defer_for = max(out.defer_for, done.wait)
     fetched = 0
@@ -115,6 +117,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
         elif result.transient and req.attempt < options.max_retries:
             retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
             out.retries.append((retry, backoff(req.attempt, options, result.retry_after)))
+            out.reasons[req.ticket] = result.error or ""
             continue
         out.results.append(result)
     state.incr(crawl_id, fetched=fetched, retried=len(out.retries), deferred=len(out.deferred), **skips)
@@ -127,8 +130,7 @@ def send_later(rt: Runtime, crawl_id: str, outcome: FetchOutcome, send: Sender) 
     queued = QUEUED_LEASES * options.lease_time
     for req, countdown in outcome.retries:
         rt.state.lease(crawl_id, [req.ticket], countdown + queued, [json.dumps(req.to_dict())])
-        log.info("retry %s in %.1fs (attempt %d)", req.url, countdown, req.attempt,
-                 extra={"crawl_id": crawl_id, "url": req.url})
+        logs.request_retry(crawl_id, req.url, outcome.reasons.get(req.ticket), req.attempt, countdown)
         send(crawl_id, req.priority, [req], countdown)
     if outcome.deferred:
         countdown = max(0.05, outcome.defer_for)
@@ -272,13 +274,11 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     options = rt.options(crawl_id)
     if options.visit_ttl:
         state.mark_visited(options.spider, [p["fp"] for p in page_docs])
-    for record in records:
-        if record["outcome"] == "failed":
-            log.warning("failed for good: %s (%s: %s)", record["url"], record["reason"], record["message"],
-                        extra={"crawl_id": crawl_id, "url": record["url"]})
+    for r in records:
+        if r["outcome"] == "failed":
+            logs.request_failed(crawl_id, r["url"], r["reason"], r["status"], r["attempts"], r["message"])
     if finished:
-        log.info("crawl %s %s: %s", crawl_id, state.state_of(crawl_id), state.stats(crawl_id),
-                 extra={"crawl_id": crawl_id})
+        logs.crawl_finished(crawl_id, {**state.stats(crawl_id), "state": state.state_of(crawl_id)})
     return finished
 
 

@@ -5,20 +5,18 @@ decides the limits and drives a batch of fetches under them without holding a wo
 from __future__ import annotations
 
 import fnmatch
-import logging
 import random
 import re
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from . import logs
 from .fetch import fetch_one
 from .models import Fetched, Request
 from .redisstate import RedisState
 from .settings import CrawlOptions
 from .urls import host_key
-
-log = logging.getLogger("crawltasks")
 
 MAX_GATE_WAIT = 2.0  # seconds a fetch task waits for busy hosts before it defers their requests
 SLOW_STATUSES = frozenset({429, 503})
@@ -49,8 +47,10 @@ def limits_for(host: str, options: CrawlOptions) -> HostLimits:
 class HostGate:
     """Takes and gives back a host's shared slots, and reports how the host answered."""
 
-    def __init__(self, state: RedisState, options: CrawlOptions, crawl_delay=None) -> None:
+    def __init__(self, state: RedisState, options: CrawlOptions, crawl_delay=None,
+                 crawl_id: str | None = None) -> None:
         self.state = state
+        self.crawl_id = crawl_id
         self.options = options
         self.crawl_delay = crawl_delay  # callable(host) -> robots.txt Crawl-delay seconds or None
 
@@ -69,8 +69,8 @@ class HostGate:
         """429 and 503 slow the host down for every worker, honouring Retry-After."""
         if result.status in SLOW_STATUSES:
             extra = self.state.host_feedback(host, slow=True, wait=result.retry_after or 0.0)
-            log.warning("host %s answered %s: backing off (extra delay %.1fs, Retry-After %s)", host,
-                        result.status, extra, result.retry_after, extra={"url": result.request.url})
+            logs.host_backoff(self.crawl_id, host, max(extra, result.retry_after or 0.0), f"http_{result.status}",
+                              result.request.url)
         elif result.ok and random.random() < 0.2:
             self.state.host_feedback(host, slow=False)  # sampled: recovery needs no call per page
 
