@@ -189,10 +189,12 @@ def check_worker_flags(args: argparse.Namespace) -> None:
 
 def run_to_completion(args: argparse.Namespace, begin) -> int:
     """Start the services and (unless --no-worker) a local worker, run begin(), wait, summarize, export."""
-    with services(args) as (settings, _embedded):
+    with services(args) as (settings, embedded):
         from .celeryapp import app, use_broker
 
         use_broker(settings.broker_url)
+        if embedded:  # nobody can watch a private broker: spare the event messages
+            app.conf.update(worker_send_task_events=False, task_send_sent_event=False)
         worker = None
         if not args.no_worker:
             from .embedded import InProcessWorker

@@ -106,6 +106,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
     out.deferred += done.deferred
     out.defer_for = max(out.defer_for, done.wait)
     fetched = 0
+    to_park: dict[str, bytes] = {}
     for result, body in done.fetched:
         req = result.request
         if result.ok:
@@ -113,13 +114,16 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
             if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp):
                 result.error, result.message = "duplicate_redirect", f"redirected to {result.url}, already seen"
             elif body is not None:
-                result.body_key = state.park_body(crawl_id, req.ticket, body, options.body_ttl)
+                to_park[req.ticket] = body
         elif result.transient and req.attempt < options.max_retries:
             retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
             out.retries.append((retry, backoff(req.attempt, options, result.retry_after)))
             out.reasons[req.ticket] = result.error or ""
             continue
         out.results.append(result)
+    keys = state.park_bodies(crawl_id, to_park, options.body_ttl)
+    for result in out.results:
+        result.body_key = keys.get(result.request.ticket) if result.ok else None
     state.incr(crawl_id, fetched=fetched, retried=len(out.retries), deferred=len(out.deferred), **skips)
     return out
 

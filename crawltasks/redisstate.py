@@ -427,10 +427,15 @@ class RedisState:
         return [float(v) if v is not None else None for v in self.r.hmget(Keys.visited(spider), list(fps))]
 
     # --- parked bodies --------------------------------------------------------------------------
-    def park_body(self, crawl_id: str, ticket: str, body: bytes, ttl: int) -> str:
-        key = Keys.body(crawl_id, ticket)
-        self.r.set(key, zlib.compress(body, 1), ex=ttl)
-        return key
+    def park_bodies(self, crawl_id: str, bodies: dict[str, bytes], ttl: int) -> dict[str, str]:
+        """Store bodies (ticket -> bytes) compressed with a TTL, in one round trip; returns ticket -> key."""
+        keys = {ticket: Keys.body(crawl_id, ticket) for ticket in bodies}
+        if bodies:
+            pipe = self.r.pipeline(transaction=False)
+            for ticket, body in bodies.items():
+                pipe.set(keys[ticket], zlib.compress(body, 1), ex=ttl)
+            pipe.execute()
+        return keys
 
     def load_bodies(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:

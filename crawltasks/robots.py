@@ -22,6 +22,9 @@ ERROR_TTL = 600  # seconds an unreachable robots.txt counts as "allow all" befor
 MAX_ROBOTS_SIZE = 512 * 1024
 
 
+_PARSED: dict[str, tuple[float, Protego]] = {}  # origin -> (expires, rules): parsed once per process
+
+
 def origin_of(url: str) -> str:
     """scheme://host:port: the unit a robots.txt applies to."""
     scheme = url.split(":", 1)[0].lower()
@@ -35,7 +38,7 @@ class Robots:
         self.state = state
         self.options = options
         self.agent = agent
-        self._parsed: dict[str, tuple[float, Protego]] = {}
+        self._parsed = _PARSED
 
     def verdict(self, url: str) -> str:
         """ALLOW, DENY, or WAIT while another worker is fetching the host's robots.txt."""
@@ -46,9 +49,10 @@ class Robots:
 
     def crawl_delay(self, host: str) -> float | None:
         """Crawl-delay for a host ("name:port") if its robots.txt is known here."""
-        for origin, (_, rules) in self._parsed.items():
-            if origin.endswith("://" + host):
-                delay = rules.crawl_delay(self.agent)
+        for scheme in ("http", "https"):
+            cached = self._parsed.get(f"{scheme}://{host}")
+            if cached:
+                delay = cached[1].crawl_delay(self.agent)
                 return float(delay) if delay else None
         return None
 

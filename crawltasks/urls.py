@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -18,6 +19,7 @@ class InvalidURL(ValueError):
     """A URL that cannot be fetched; the message says why."""
 
 
+@lru_cache(maxsize=32_768)  # the same links recur on many pages of a site
 def canonicalize(url: str) -> str:
     """Canonical form used for identity: lowercase scheme and host, no default port, no fragment,
     sorted query, normalised percent-encoding. Raises InvalidURL for what cannot be fetched."""
