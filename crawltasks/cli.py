@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from . import runtime
@@ -64,7 +65,9 @@ def build_parser() -> Parser:
     c.add_argument("--crawl-id", help="name the crawl (generated otherwise); an existing id continues it")
     c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
     c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
-    c.add_argument("--workers", type=positive_int, default=4, help="concurrent tasks of the local worker")
+    c.add_argument("--workers", type=positive_int, default=1,
+                   help="local worker processes (one per core is the most that helps; default 1)")
+    c.add_argument("--concurrency", type=positive_int, default=8, help="tasks at once per local worker (8)")
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
     c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
@@ -99,7 +102,8 @@ def build_parser() -> Parser:
     r.add_argument("--reason", help="only failures with this reason")
     for flag in ("--no-worker", "--detach", "--quiet"):
         r.add_argument(flag, action="store_true")
-    r.add_argument("--workers", type=positive_int, default=4)
+    r.add_argument("--workers", type=positive_int, default=1)
+    r.add_argument("--concurrency", type=positive_int, default=8)
     r.add_argument("--output", "-o", help="write the crawl's pages afterwards")
 
     f = sub.add_parser("failures", help="list a crawl's failed URLs")
@@ -195,11 +199,14 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
         use_broker(settings.broker_url)
         if embedded:  # nobody can watch a private broker: spare the event messages
             app.conf.update(worker_send_task_events=False, task_send_sent_event=False)
-        worker = None
+        worker = children = None
         if not args.no_worker:
-            from .embedded import InProcessWorker
+            from .embedded import ChildWorkers, InProcessWorker, data_dir
 
-            worker = InProcessWorker(app, concurrency=max(1, args.workers),
+            if args.workers > 1:
+                log_dir = data_dir(args.data_dir) if embedded else Path.cwd()
+                children = ChildWorkers(settings, args.workers - 1, max(1, args.concurrency), log_dir)
+            worker = InProcessWorker(app, concurrency=max(1, args.concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()
         try:
@@ -214,6 +221,8 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
         finally:
             if worker is not None:
                 worker.stop()
+            if children is not None:
+                children.stop()
         stats = crawl.stats()
         print(summary(stats))
         if args.output:

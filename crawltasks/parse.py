@@ -64,7 +64,7 @@ def title_of(tree: etree._Element | None) -> str | None:
     node = tree.find(".//title")
     if node is None:
         return None
-    text = _WS.sub(" ", node.text_content()).strip()
+    text = _WS.sub(" ", "".join(node.itertext())).strip()
     return text or None
 
 
@@ -78,11 +78,11 @@ def base_url(tree: etree._Element | None, url: str) -> str:
     return url
 
 
-def extract_links(tree: etree._Element | None, url: str) -> list[str]:
+def extract_links(tree: etree._Element | None, url: str, base: str | None = None) -> list[str]:
     """Absolute URLs of <a href> links, in document order, without duplicates or unfollowable schemes."""
     if tree is None:
         return []
-    base = base_url(tree, url)
+    base = base or base_url(tree, url)
     seen: set[str] = set()
     links: list[str] = []
     for anchor in tree.iter("a"):

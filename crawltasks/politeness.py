@@ -5,6 +5,7 @@ decides the limits and drives a batch of fetches under them without holding a wo
 from __future__ import annotations
 
 import fnmatch
+import os
 import random
 import re
 import time
@@ -54,16 +55,18 @@ class HostGate:
         self.options = options
         self.crawl_delay = crawl_delay  # callable(host) -> robots.txt Crawl-delay seconds or None
 
-    def acquire(self, host: str) -> tuple[str | None, float]:
+    def acquire(self, host: str, want: int = 1) -> tuple[list[str], float]:
+        """Up to ``want`` slots of host: (tokens, seconds to wait when none was granted)."""
         limits = limits_for(host, self.options)
         delay = limits.delay + (random.uniform(0, limits.random_delay) if limits.random_delay else 0.0)
         robots_delay = self.crawl_delay(host) if self.crawl_delay else None
         if robots_delay:
             delay = max(delay, robots_delay)
-        return self.state.acquire_host(host, limits.concurrency, delay, lease=self.options.timeout + 30)
+        return self.state.acquire_slots(host, want, limits.concurrency, delay, lease=self.options.timeout + 30)
 
-    def release(self, host: str, token: str) -> None:
-        self.state.release_host(host, token)
+    def release(self, slots: list[tuple[str, str]]) -> None:
+        """Give back (host, token) slots."""
+        self.state.release_slots(slots)
 
     def feedback(self, host: str, result: Fetched) -> None:
         """429 and 503 slow the host down for every worker, honouring Retry-After."""
@@ -82,52 +85,62 @@ class BatchResult:
     wait: float  # seconds until the soonest deferred host may be asked again
 
 
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def http_pool() -> ThreadPoolExecutor:
+    """One thread pool per process for all fetch tasks (a new pool per batch costs thread starts)."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=256, thread_name_prefix="fetch"))
+    return _pool[1]
+
+
 def fetch_batch(gate: HostGate, requests_: list[Request], options: CrawlOptions,
                 max_gate_wait: float = MAX_GATE_WAIT) -> BatchResult:
-    """Fetch a batch concurrently, each request under its host's shared slot and delay.
+    """Fetch a batch concurrently (up to ``fetch_threads`` at once), each request under a shared slot
+    of its host. Slots are taken per host and given back per round, in one Redis call each.
 
     Requests whose host stays busy past ``max_gate_wait`` are returned as deferred, so the
     worker slot is not held asleep waiting for a slow or throttled host.
     """
+    pool = http_pool()
     waiting = list(requests_)
     results: list[tuple[Fetched, bytes | None]] = []
     gate_deadline = time.monotonic() + max_gate_wait
-    running: set[Future] = set()
+    running: dict[Future, tuple[str, str]] = {}
     min_wait = 0.0
-
-    def run(req: Request, host: str, token: str) -> tuple[Fetched, bytes | None]:
-        try:
-            fetched, body = fetch_one(req, options)
-        finally:
-            gate.release(host, token)
-        gate.feedback(host, fetched)
-        return fetched, body
-
-    with ThreadPoolExecutor(max_workers=min(options.fetch_threads, len(requests_) or 1)) as pool:
+    try:
         while waiting or running:
-            still_waiting, waits = [], []
-            busy: dict[str, float] = {}  # hosts that said no in this round are not asked again in it
-            gate_open = time.monotonic() < gate_deadline
-            for req in waiting:
-                host = host_key(req.url)
-                if not gate_open or len(running) >= options.fetch_threads or host in busy:
-                    still_waiting.append(req)
-                    continue
-                token, wait_s = gate.acquire(host)
-                if token is None:
-                    busy[host] = wait_s
-                    still_waiting.append(req)
-                    waits.append(wait_s)
-                    continue
-                running.add(pool.submit(run, req, host, token))
-            waiting = still_waiting
-            min_wait = min(waits) if waits else min_wait
-            if waiting and not gate_open and not running:
+            room = options.fetch_threads - len(running)
+            if waiting and room > 0 and time.monotonic() < gate_deadline:
+                by_host: dict[str, list[Request]] = {}
+                for req in waiting:
+                    by_host.setdefault(host_key(req.url), []).append(req)
+                waiting, waits = [], []
+                for host, reqs in by_host.items():
+                    tokens, wait_s = gate.acquire(host, min(len(reqs), room)) if room > 0 else ([], 0.0)
+                    for req, token in zip(reqs, tokens, strict=False):
+                        running[pool.submit(fetch_one, req, options)] = (host, token)
+                    room -= len(tokens)
+                    waiting.extend(reqs[len(tokens):])
+                    if not tokens and wait_s:
+                        waits.append(wait_s)
+                min_wait = min(waits) if waits else min_wait
+            elif waiting and not running and time.monotonic() >= gate_deadline:
                 break
             if running:
-                done, running = wait(running, timeout=min(max(min_wait, 0.01), 0.25) if waiting else None,
-                                     return_when=FIRST_COMPLETED)
-                results.extend(f.result() for f in done)
+                pause = min(max(min_wait, 0.01), 0.25) if waiting else None
+                done, _ = wait(list(running), timeout=pause, return_when=FIRST_COMPLETED)
+                slots = [running.pop(f) for f in done]
+                gate.release(slots)
+                for f, (host, _token) in zip(done, slots, strict=True):
+                    fetched, body = f.result()
+                    gate.feedback(host, fetched)
+                    results.append((fetched, body))
             elif waiting:
                 time.sleep(min(max(min_wait, 0.01), 0.25, max(0.0, gate_deadline - time.monotonic()) + 0.01))
+    finally:
+        if running:  # only on an error: do not hold the hosts' slots until the leases expire
+            gate.release(list(running.values()))
     return BatchResult(fetched=results, deferred=waiting, wait=min_wait)

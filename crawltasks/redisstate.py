@@ -6,7 +6,9 @@ Keys of one crawl share the hash tag ``{crawl_id}`` so the scripts stay valid on
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import time
 import uuid
 import zlib
@@ -24,6 +26,15 @@ COUNTERS = (
 )
 OUTCOMES = ("stored", "failed", "skipped")
 NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # schedule() verdicts
+
+
+_tokens = itertools.count()
+_TOKEN_PREFIX = uuid.uuid4().hex[:12]
+
+
+def _token() -> str:
+    """A slot token unique across processes and machines, without a system call per token."""
+    return f"{_TOKEN_PREFIX}:{os.getpid()}:{next(_tokens)}"
 
 
 class Keys:
@@ -233,21 +244,25 @@ redis.call('RPUSH', KEYS[2], ARGV[1])
 return 1
 """
 
-# KEYS: host slots, host next, host backoff. ARGV: limit, delay_ms, token, lease_ms.
-# Returns 0 when a slot is granted, else milliseconds to wait before asking again.
+# KEYS: host slots, host next, host backoff. ARGV: limit, delay_ms, lease_ms, tokens...
+# Grants free slots to as many tokens as it can (one at most when the host has a delay).
+# Returns {slots granted, milliseconds to wait before asking again when none was}.
 _ACQUIRE_HOST = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-if nxt > now then return nxt - now end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 25 end
-local lease = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-redis.call('PEXPIRE', KEYS[1], lease)
+if nxt > now then return {0, nxt - now} end
+local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+if free <= 0 then return {0, 25} end
 local delay = tonumber(ARGV[2]) + tonumber(redis.call('GET', KEYS[3]) or '0')
+local n = math.min(free, #ARGV - 3)
+if delay > 0 then n = 1 end
+local lease = tonumber(ARGV[3])
+for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[3 + i]) end
+redis.call('PEXPIRE', KEYS[1], lease)
 if delay > 0 then redis.call('SET', KEYS[2], now + delay, 'PX', delay) end
-return 0
+return {n, 0}
 """
 
 # KEYS: host next, host backoff. ARGV: "slow" with a wait in ms (Retry-After or 0), or "ok".
@@ -447,19 +462,32 @@ class RedisState:
             self.r.delete(*keys)
 
     # --- shared per-host gate -------------------------------------------------------------------
+    def acquire_slots(self, host: str, want: int, limit: int, delay: float,
+                      lease: float = 120.0) -> tuple[list[str], float]:
+        """Take up to ``want`` of host's slots in one call: (tokens granted, seconds to wait if none)."""
+        tokens = [_token() for _ in range(max(1, want))]
+        granted, wait_ms = self._acquire_host(
+            keys=[Keys.host_slots(host), Keys.host_next(host), Keys.host_backoff(host)],
+            args=[limit, int(delay * 1000), int(lease * 1000), *tokens],
+        )
+        return tokens[:int(granted)], int(wait_ms) / 1000.0
+
     def acquire_host(self, host: str, limit: int, delay: float, lease: float = 120.0) -> tuple[str | None, float]:
         """Try to take one of host's slots. Returns (token, 0) on success, else (None, seconds to wait)."""
-        token = uuid.uuid4().hex
-        wait_ms = self._acquire_host(
-            keys=[Keys.host_slots(host), Keys.host_next(host), Keys.host_backoff(host)],
-            args=[limit, int(delay * 1000), token, int(lease * 1000)],
-        )
-        if int(wait_ms) == 0:
-            return token, 0.0
-        return None, int(wait_ms) / 1000.0
+        tokens, wait = self.acquire_slots(host, 1, limit, delay, lease)
+        return (tokens[0], 0.0) if tokens else (None, wait)
 
     def release_host(self, host: str, token: str) -> None:
         self.r.zrem(Keys.host_slots(host), token)
+
+    def release_slots(self, slots: Iterable[tuple[str, str]]) -> None:
+        """Give back (host, token) slots in one round trip."""
+        slots = list(slots)
+        if slots:
+            pipe = self.r.pipeline(transaction=False)
+            for host, token in slots:
+                pipe.zrem(Keys.host_slots(host), token)
+            pipe.execute()
 
     def host_feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
         """Tell the host's shared state how it answered; returns its extra delay in seconds."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Iterator
-from functools import cached_property
 from typing import Any, ClassVar
 
 from .models import Request
@@ -25,6 +24,22 @@ class SpiderNotFound(LookupError):
 
 class StopCrawl(Exception):  # noqa: N818 - it is an instruction, not an error
     """Raise it from parse() or a hook to stop the whole crawl: it is cancelled on every worker."""
+
+
+class lazy:  # noqa: N801 - used like functools.cached_property
+    """A property computed once per instance. Unlike functools.cached_property (Python < 3.12) it
+    takes no lock shared by every instance, which serialised all fetch threads of a worker."""
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.__doc__ = func.__doc__
+        self.name = func.__name__
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value
 
 
 class Response:
@@ -51,40 +66,45 @@ class Response:
     def is_html(self) -> bool:
         return is_html(self.content_type, self.body)
 
-    @cached_property
+    @lazy
     def encoding(self) -> str:
         return detect_encoding(self.content_type, self.body)
 
-    @cached_property
+    @lazy
     def text(self) -> str:
         return self.body.decode(self.encoding, "replace")
 
-    @cached_property
+    @lazy
     def tree(self):  # lxml element, or None
         return parse_tree(self.body, self.encoding)
 
-    @cached_property
+    @lazy
     def soup(self):
         """A BeautifulSoup tree (lxml parser), built only when asked for."""
         from bs4 import BeautifulSoup
 
         return BeautifulSoup(self.body, "lxml", from_encoding=self.encoding)
 
-    @cached_property
+    @lazy
     def title(self) -> str | None:
         return title_of(self.tree)
 
-    @cached_property
+    @lazy
     def links(self) -> list[str]:
         """Absolute <a href> URLs, resolved against <base> and the final URL."""
-        return extract_links(self.tree, self.url)
+        return extract_links(self.tree, self.url, self.base)
 
-    @cached_property
+    @lazy
     def visible_text(self) -> str:
         return text_of(self.tree)
 
+    @lazy
+    def base(self) -> str:
+        """What relative links resolve against: <base href>, else the final URL."""
+        return base_url(self.tree, self.url)
+
     def urljoin(self, href: str) -> str:
-        return join(base_url(self.tree, self.url), href) or href
+        return join(self.base, href) or href
 
     def follow(self, url: str, *, priority: str | None = None, meta: dict[str, Any] | None = None,
                dont_filter: bool = False) -> Request:
