@@ -75,6 +75,7 @@ def build_parser() -> Parser:
     c.add_argument("--timeout", type=non_negative_float, help="seconds for one whole response (default 20)")
     c.add_argument("--allowed-domain", action="append", dest="allowed_domains",
                    help="follow links to this domain (repeatable; default: the seeds' hosts)")
+    c.add_argument("--dedupe", choices=["set", "bloom"], help="exact set (default) or a Bloom filter for huge crawls")
     c.add_argument("--store-html", action="store_true", default=None, help="keep each page's HTML")
     c.add_argument("--store-text", action="store_true", default=None, help="keep each page's visible text")
     c.add_argument("--no-worker", action="store_true", help="only enqueue; external workers crawl")
@@ -117,7 +118,7 @@ def build_parser() -> Parser:
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
     names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
-             "allowed_domains", "store_html", "store_text")
+             "allowed_domains", "store_html", "store_text", "dedupe")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .bloom import BloomFilter
 from .models import PRIORITIES, Request
 from .redisstate import NEW, RedisState
 from .settings import CrawlOptions
@@ -73,7 +74,8 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
     verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
-                              [host_of(r.url) for r in reqs], options.max_pages, options.max_pages_per_host)
+                              [host_of(r.url) for r in reqs], options.max_pages, options.max_pages_per_host,
+                              bloom_of(state, crawl_id, options))
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
     for r in fresh:
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
@@ -81,6 +83,13 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
                 [json.dumps(r.to_dict()) for r in fresh])
     dispatch(crawl_id, fresh, options.batch_size, send)
     return len(fresh)
+
+
+def bloom_of(state: RedisState, crawl_id: str, options: CrawlOptions) -> BloomFilter | None:
+    """The crawl's Bloom filter when it dedupes with one."""
+    if options.dedupe != "bloom":
+        return None
+    return state.bloom_filter(crawl_id, options.bloom_capacity, options.bloom_error_rate)
 
 
 def drop_recently_visited(state: RedisState, options: CrawlOptions, reqs: list[Request], plan: Plan) -> list[Request]:

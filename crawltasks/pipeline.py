@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import logs
-from .frontier import QUEUED_LEASES, Sender, backoff, dispatch, schedule
+from .frontier import QUEUED_LEASES, Sender, backoff, bloom_of, dispatch, schedule
 from .models import Fetched, Request
 from .parse import is_html
 from .politeness import HostGate, fetch_batch
@@ -111,7 +111,7 @@ def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcom
         req = result.request
         if result.ok:
             fetched += 1
-            if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp):
+            if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)):
                 result.error, result.message = "duplicate_redirect", f"redirected to {result.url}, already seen"
             elif body is not None:
                 to_park[req.ticket] = body

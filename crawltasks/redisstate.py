@@ -17,6 +17,8 @@ from typing import Any
 
 import redis
 
+from .bloom import BloomFilter
+
 PREFIX = "ct"
 
 # Counters of one crawl. Invariant: scheduled == stored + failed + skipped + pending.
@@ -53,6 +55,10 @@ class Keys:
     @staticmethod
     def seen(crawl_id: str) -> str:  # set of fingerprints ever scheduled
         return f"{PREFIX}:{{{crawl_id}}}:seen"
+
+    @staticmethod
+    def bloom(crawl_id: str) -> str:  # Bloom-filter bitmap of fingerprints (dedupe="bloom"), and ":params"
+        return f"{PREFIX}:{{{crawl_id}}}:bloom"
 
     @staticmethod
     def outcome(crawl_id: str) -> str:  # hash ticket -> stored | failed | skipped ("done" = stored)
@@ -341,11 +347,20 @@ class RedisState:
         return self.r.hexists(Keys.meta(crawl_id), "finished_at")
 
     # --- dedupe and counters --------------------------------------------------------------------
+    def bloom_filter(self, crawl_id: str, capacity: int, error_rate: float) -> BloomFilter:
+        return BloomFilter(self.r, Keys.bloom(crawl_id), capacity, error_rate)
+
     def schedule(self, crawl_id: str, fingerprints: Sequence[str], dont_filter: Sequence[bool],
-                 hosts: Sequence[str] | None = None, max_pages: int = 0, max_per_host: int = 0) -> list[int]:
-        """Atomically mark fingerprints seen. Per fingerprint: NEW, DUPLICATE, OVER_MAX_PAGES or OVER_HOST_CAP."""
+                 hosts: Sequence[str] | None = None, max_pages: int = 0, max_per_host: int = 0,
+                 bloom: BloomFilter | None = None) -> list[int]:
+        """Atomically mark fingerprints seen. Per fingerprint: NEW, DUPLICATE, OVER_MAX_PAGES or OVER_HOST_CAP.
+
+        With a Bloom filter the seen-set is the filter (no caps then)."""
         if not fingerprints:
             return []
+        if bloom is not None:
+            flags = bloom.check_and_add(fingerprints, dont_filter, stats_key=Keys.stats(crawl_id))
+            return [NEW if f else DUPLICATE for f in flags]
         hosts = hosts or [""] * len(fingerprints)
         args: list[str | int] = [max_pages or 0, max_per_host or 0]
         for fp, force, host in zip(fingerprints, dont_filter, hosts, strict=True):
@@ -391,8 +406,10 @@ class RedisState:
     def is_seen(self, crawl_id: str, fp: str) -> bool:
         return bool(self.r.sismember(Keys.seen(crawl_id), fp))
 
-    def claim_seen(self, crawl_id: str, fp: str) -> bool:
+    def claim_seen(self, crawl_id: str, fp: str, bloom: BloomFilter | None = None) -> bool:
         """Mark a fingerprint seen (e.g. a redirect target); True if it was new."""
+        if bloom is not None:
+            return bloom.add(fp)
         return bool(self.r.sadd(Keys.seen(crawl_id), fp))
 
     # --- leases of requests in flight -----------------------------------------------------------

@@ -65,6 +65,9 @@ class CrawlOptions:
     store_html: bool = False
     store_text: bool = False
     fingerprint_meta: list[str] = field(default_factory=list)
+    dedupe: str = "set"  # "set": exact (~90 B per URL); "bloom": ~1.2 B per URL at 1 % false positives
+    bloom_capacity: int = 10_000_000  # URLs the Bloom filter is sized for
+    bloom_error_rate: float = 0.01  # share of new URLs a full Bloom filter takes for seen
     allow_private: bool = False  # let links and redirects reach private/loopback/link-local addresses
     private_hosts: list[str] | None = None  # hosts allowed although private: the seeds' own (filled at start)
     body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
@@ -101,6 +104,10 @@ class CrawlOptions:
         _check(self.host_delay >= 0, "host_delay must be >= 0")
         _check(self.timeout > 0, "timeout must be > 0")
         _check(self.lease_time > self.timeout, "lease_time must be longer than timeout")
+        _check(self.dedupe in ("set", "bloom"), "dedupe must be 'set' or 'bloom'")
+        _check(0 < self.bloom_error_rate < 1 and self.bloom_capacity > 0, "bad Bloom filter size")
+        _check(self.dedupe == "set" or not (self.max_pages or self.max_pages_per_host),
+               "max_pages and max_pages_per_host need dedupe='set'")
         _check(self.max_size > 0, "max_size must be > 0")
         _check(min(self.max_pages, self.max_pages_per_host, self.max_run_time, self.visit_ttl) >= 0,
                "limits must be >= 0")

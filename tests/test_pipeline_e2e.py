@@ -64,3 +64,13 @@ def test_user_spider_items_and_lazy_soup(worker, rt, basic_server, crawl_id):
     assert {i["title"] for i in items} == {p["title"] for p in crawl.pages() if p["title"]}
     assert all(i["crawl_id"] == crawl_id and i["url"].startswith(basic_server.base) for i in items)
     assert Crawl(crawl_id, rt).stats()["items"] == len(items)
+
+
+def test_bloom_dedupe_gives_the_same_pages(worker, rt, basic_server, crawl_id):
+    crawl = start_crawl(basic_server.url("/"), crawl_id=crawl_id, dedupe="bloom", bloom_capacity=10_000, **FAST)
+    assert crawl.wait(timeout=60), crawl.stats()
+    stored = {path_of(p["url"]) for p in crawl.pages()}
+    assert stored == expected_basic_paths() and len(crawl.pages()) == len(stored)
+    assert rt.state.r.exists(f"ct:{{{crawl_id}}}:bloom") and not rt.state.r.exists(f"ct:{{{crawl_id}}}:seen")
+    stats = crawl.stats()
+    assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"]
