@@ -206,7 +206,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
             if args.workers > 1:
                 log_dir = data_dir(args.data_dir) if embedded else Path.cwd()
-                children = ChildWorkers(settings, args.workers - 1, max(1, args.concurrency), log_dir)
+                children = ChildWorkers(settings, args.workers, log_dir)
             worker = InProcessWorker(app, concurrency=max(1, args.concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()

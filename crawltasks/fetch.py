@@ -5,7 +5,10 @@ the shared per-host gate. A host that is busy is not waited for long: its reques
 from __future__ import annotations
 
 import contextlib
+import heapq
 import http.client
+import itertools
+import os
 import socket
 import threading
 import time
@@ -44,6 +47,7 @@ class _Watch:
     def __init__(self) -> None:
         self.sock: socket.socket | None = None
         self.expired = False
+        self.done = False
         self._lock = threading.Lock()
 
     def attach(self, sock: socket.socket | None) -> None:
@@ -61,6 +65,46 @@ class _Watch:
             sock = self.sock
         if sock is not None:
             _shutdown(sock)
+
+
+class _Watchdog:
+    """One thread per process that expires the watches of fetches past their deadline (a timer
+    thread per request cost more than the request)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._cv = threading.Condition()
+        self._seq = itertools.count()
+        self._pid = 0
+
+    def add(self, watch: _Watch, deadline: float) -> None:
+        with self._cv:
+            if self._pid != os.getpid():  # first use, or a forked child: the thread is not here
+                self._pid = os.getpid()
+                self._heap = []
+                threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
+            heapq.heappush(self._heap, (deadline, next(self._seq), watch))
+            if self._heap[0][2] is watch:
+                self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cv.wait()
+                    continue
+                delay = self._heap[0][0] - time.monotonic()
+                if delay > 0:
+                    self._cv.wait(delay)
+                    continue
+                _, _, watch = heapq.heappop(self._heap)
+            if not watch.done:
+                watch.expire()
+
+
+WATCHDOG = _Watchdog()
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -124,6 +168,7 @@ def session() -> requests.Session:
     s = getattr(_local, "session", None)
     if s is None:
         s = requests.Session()
+        s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
         adapter = _Adapter(pool_connections=32, pool_maxsize=32, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)
@@ -191,14 +236,12 @@ def fetch_one(request: Request, options: CrawlOptions) -> tuple[Fetched, bytes |
     fetch, every hop and every byte included.
     """
     watch = _Watch()
-    timer = threading.Timer(options.timeout, watch.expire)
-    timer.daemon = True
     _local.watch = watch
-    timer.start()
+    WATCHDOG.add(watch, time.monotonic() + options.timeout)
     try:
         return _fetch(request, options, watch)
     finally:
-        timer.cancel()
+        watch.done = True
         _local.watch = None
 
 

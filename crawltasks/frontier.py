@@ -14,7 +14,16 @@ from .bloom import BloomFilter
 from .models import PRIORITIES, Request
 from .redisstate import NEW, RedisState
 from .settings import CrawlOptions
-from .urls import FOLLOWED_SCHEMES, InvalidURL, canonicalize, fingerprint, host_of, in_domains, raw_fingerprint
+from .urls import (
+    FOLLOWED_SCHEMES,
+    InvalidURL,
+    canonicalize,
+    fingerprint,
+    host_key,
+    host_of,
+    in_domains,
+    raw_fingerprint,
+)
 
 QUEUED_LEASES = 3  # a queued request's lease is this many lease_times: queues can be long
 
@@ -73,14 +82,14 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
     if plan.filtered:
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
-    verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
-                              [host_of(r.url) for r in reqs], options.max_pages, options.max_pages_per_host,
-                              bloom_of(state, crawl_id, options))
-    fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
-    for r in fresh:
+    for r in reqs:  # the ticket names this scheduling of the URL in the counters and leases
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
-    state.lease(crawl_id, [r.ticket for r in fresh], QUEUED_LEASES * options.lease_time,
-                [json.dumps(r.to_dict()) for r in fresh])
+    verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
+                              [host_key(r.url) for r in reqs], options.max_pages, options.max_pages_per_host,
+                              bloom_of(state, crawl_id, options),
+                              [(r.ticket, json.dumps(r.to_dict())) for r in reqs],
+                              QUEUED_LEASES * options.lease_time)
+    fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
     dispatch(crawl_id, fresh, options.batch_size, send)
     return len(fresh)
 

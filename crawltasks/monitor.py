@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import runtime
-from .redisstate import PREFIX, Keys
+from .redisstate import Keys
 from .runtime import Runtime
 from .store import FAILURES
 from .urls import host_key
@@ -146,18 +146,6 @@ def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def active_hosts(rt: Runtime) -> set[str]:
-    """Hosts with a request in flight or a delay running (their gate keys expire when idle)."""
-    hosts = set()
-    for suffix in ("slots", "next", "backoff"):
-        for key in rt.state.r.scan_iter(match=f"{PREFIX}:host:*:{suffix}", count=500):
-            name = key.decode()
-            start, end = name.find("{"), name.rfind("}")
-            if 0 <= start < end:
-                hosts.add(name[start + 1:end])
-    return hosts
-
-
 def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> list[HostState]:
     """In-flight leases and remaining delay of each host, read with Redis' own clock."""
     hosts = sorted(set(hosts))
@@ -182,15 +170,9 @@ def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> 
 
 
 def crawl_hosts(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, Any]) -> set[str]:
-    """The seeds' hosts plus every active host inside the crawl's allowed domains."""
-    from .urls import in_domains
-
+    """The seeds' hosts plus every host the crawl has scheduled requests for."""
     hosts = {host_key(u) for u in seeds if host_key(u)}
-    domains = options.get("allowed_domains")
-    for host in active_hosts(rt):
-        name = host.rsplit(":", 1)[0]
-        if domains is None or in_domains(name, domains):
-            hosts.add(host)
+    hosts.update(rt.state.crawl_hosts(crawl_id))
     return hosts
 
 

@@ -172,6 +172,9 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
             out["records"].append(record_doc(crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
             continue
         body = bodies.get(f.body_key) if f.body_key else b""
+        if body is None and rt.state.outcome_of(crawl_id, req.ticket):
+            out["skipped"].append(req.ticket)  # a replay: the first delivery stored it and dropped the body
+            continue
         if body is None:
             f.error, f.message = "body_expired", "the fetched body expired before it was parsed"
             out["records"].append(record_doc(crawl_id, f))

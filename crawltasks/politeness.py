@@ -71,8 +71,10 @@ class HostGate:
     def feedback(self, host: str, result: Fetched) -> None:
         """429 and 503 slow the host down for every worker, honouring Retry-After."""
         if result.status in SLOW_STATUSES:
-            extra = self.state.host_feedback(host, slow=True, wait=result.retry_after or 0.0)
-            logs.host_backoff(self.crawl_id, host, max(extra, result.retry_after or 0.0), f"http_{result.status}",
+            # a hostile Retry-After (an hour, a date years ahead) holds the host no longer than this
+            hold = min(result.retry_after or 0.0, self.options.max_retry_after)
+            extra = self.state.host_feedback(host, slow=True, wait=hold)
+            logs.host_backoff(self.crawl_id, host, max(extra, hold), f"http_{result.status}",
                               result.request.url)
         elif result.ok and random.random() < 0.2:
             self.state.host_feedback(host, slow=False)  # sampled: recovery needs no call per page

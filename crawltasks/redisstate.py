@@ -81,6 +81,10 @@ class Keys:
         return f"{PREFIX}:host:{{{host}}}:backoff"
 
     @staticmethod
+    def hosts(crawl_id: str) -> str:  # set of "host:port" the crawl has scheduled requests for
+        return f"{PREFIX}:{{{crawl_id}}}:hostset"
+
+    @staticmethod
     def host_counts(crawl_id: str) -> str:  # hash host -> requests scheduled (max_pages_per_host)
         return f"{PREFIX}:{{{crawl_id}}}:hosts"
 
@@ -111,23 +115,35 @@ class Keys:
         return f"{PREFIX}:visited:{spider}"
 
 
-# KEYS: seen, stats, per-host counts. ARGV: max_pages, max_per_host (0 = no cap), then fp, host pairs
-# ("!" before fp: dont_filter). Returns per request 1 new, 0 duplicate, 2 over max_pages, 3 over max_per_host.
+# KEYS: seen, stats, per-host counts, leases, inflight, hosts. ARGV: max_pages, max_per_host (0 = no cap),
+# lease_ms, then fp, host, ticket, request JSON per request ("!" before fp: dont_filter).
+# A new request is marked seen and leased in the same step, so no crash can leave it seen but unsent:
+# if its chain is never published, the reclaimer sends it. Returns per request 1 new, 0 duplicate,
+# 2 over max_pages, 3 over max_per_host.
 _SCHEDULE = """
 local max_pages, max_host = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[3])
 local scheduled = tonumber(redis.call('HGET', KEYS[2], 'scheduled') or '0')
 local flags, counts = {}, {0, 0, 0, 0}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 4 do
   local fp, host = ARGV[i], ARGV[i + 1]
   local force = string.sub(fp, 1, 1) == '!'
   if force then fp = string.sub(fp, 2) end
   local flag = 1
-  if not force and redis.call('SISMEMBER', KEYS[1], fp) == 1 then flag = 0
+  if not force and max_pages == 0 and max_host == 0 then
+    if redis.call('SADD', KEYS[1], fp) == 0 then flag = 0 end
+  elseif not force and redis.call('SISMEMBER', KEYS[1], fp) == 1 then flag = 0
   elseif max_pages > 0 and scheduled + counts[2] >= max_pages then flag = 2
   elseif max_host > 0 and tonumber(redis.call('HGET', KEYS[3], host) or '0') >= max_host then flag = 3
   else
     redis.call('SADD', KEYS[1], fp)
     if max_host > 0 then redis.call('HINCRBY', KEYS[3], host, 1) end
+  end
+  if flag == 1 then
+    redis.call('SADD', KEYS[6], host)
+    redis.call('ZADD', KEYS[4], deadline, ARGV[i + 2])
+    redis.call('HSET', KEYS[5], ARGV[i + 2], ARGV[i + 3])
   end
   flags[#flags + 1] = flag
   counts[flag + 1] = counts[flag + 1] + 1
@@ -352,20 +368,26 @@ class RedisState:
 
     def schedule(self, crawl_id: str, fingerprints: Sequence[str], dont_filter: Sequence[bool],
                  hosts: Sequence[str] | None = None, max_pages: int = 0, max_per_host: int = 0,
-                 bloom: BloomFilter | None = None) -> list[int]:
+                 bloom: BloomFilter | None = None, leases: Sequence[tuple[str, str]] | None = None,
+                 lease_seconds: float = 1800.0) -> list[int]:
         """Atomically mark fingerprints seen. Per fingerprint: NEW, DUPLICATE, OVER_MAX_PAGES or OVER_HOST_CAP.
 
-        With a Bloom filter the seen-set is the filter (no caps then)."""
+        ``leases`` gives (ticket, request JSON) per fingerprint: each new one is leased in the same
+        step. With a Bloom filter the seen-set is the filter (no caps then)."""
         if not fingerprints:
             return []
+        leases = leases or [(fp, "") for fp in fingerprints]
         if bloom is not None:
             flags = bloom.check_and_add(fingerprints, dont_filter, stats_key=Keys.stats(crawl_id))
+            fresh = [lease for lease, f in zip(leases, flags, strict=True) if f and lease[1]]
+            self.lease(crawl_id, [t for t, _ in fresh], lease_seconds, [j for _, j in fresh])
             return [NEW if f else DUPLICATE for f in flags]
         hosts = hosts or [""] * len(fingerprints)
-        args: list[str | int] = [max_pages or 0, max_per_host or 0]
-        for fp, force, host in zip(fingerprints, dont_filter, hosts, strict=True):
-            args += [("!" + fp) if force else fp, host]
-        keys = [Keys.seen(crawl_id), Keys.stats(crawl_id), Keys.host_counts(crawl_id)]
+        args: list[str | int] = [max_pages or 0, max_per_host or 0, int(lease_seconds * 1000)]
+        for fp, force, host, (ticket, raw) in zip(fingerprints, dont_filter, hosts, leases, strict=True):
+            args += [("!" + fp) if force else fp, host, ticket, raw]
+        keys = [Keys.seen(crawl_id), Keys.stats(crawl_id), Keys.host_counts(crawl_id), Keys.leases(crawl_id),
+                Keys.inflight(crawl_id), Keys.hosts(crawl_id)]
         return [int(f) for f in self._schedule(keys=keys, args=args)]
 
     def finish(self, crawl_id: str, outcomes: Iterable[tuple[str, str]]) -> tuple[int, bool]:
@@ -452,6 +474,12 @@ class RedisState:
         if fps:
             now = time.time()
             self.r.hset(Keys.visited(spider), mapping=dict.fromkeys(fps, now))
+
+    def crawl_hosts(self, crawl_id: str, limit: int = 500) -> list[str]:
+        """Hosts ("name:port") of the crawl's requests; a sample of ``limit`` when there are more."""
+        key = Keys.hosts(crawl_id)
+        raw = self.r.smembers(key) if self.r.scard(key) <= limit else self.r.srandmember(key, limit)
+        return sorted(h.decode() for h in raw)
 
     def visited_at(self, spider: str, fps: Sequence[str]) -> list[float | None]:
         if not fps:

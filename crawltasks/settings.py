@@ -75,6 +75,7 @@ class CrawlOptions:
     # a request waiting in a queue has three times as long
     # politeness, shared by all workers through Redis
     host_random_delay: float = 0.0  # up to this many seconds added at random to host_delay
+    max_retry_after: float = 300.0  # the longest a Retry-After (429/503) holds a host, whatever it asks
     host_rules: list[dict[str, Any]] = field(default_factory=list)  # per-host limits, first match wins:
     # {"match": "*.example.com" or "re:^api\\.", "concurrency": 1, "delay": 2.0, "random_delay": 1.0}
     obey_robots: bool = True

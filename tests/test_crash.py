@@ -1,0 +1,157 @@
+"""Crash test: real worker subprocesses killed with SIGKILL at random moments during a crawl of a few
+thousand local pages, and restarted. The crawl must finish with every reachable page stored exactly
+once and the counters equal to the stored set.
+
+Only Celery's redelivery (late acks, a short visibility timeout from ``tests.crashapp``), the
+idempotent store and the once-only finish counters are relied on: the lease reclaimer is pushed out
+of the test's time frame.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawltasks import start_crawl
+from crawltasks.settings import Settings
+
+from .sites import SiteServer, html
+
+N_PAGES = 2000
+KILLS = 4
+QUEUES = "crawl.store,crawl.parse,crawl.fetch.high,crawl.fetch.default,crawl.fetch.low"
+ROOT = Path(__file__).resolve().parent.parent
+# The workers run the lease reclaimer with short leases, as deployed workers do (with longer ones).
+# CRASH_RECLAIM=0 relies on Celery's redelivery alone: that loses requests (a message taken off the
+# queue but not yet recorded as unacked dies with its worker), which is why leases exist.
+RECLAIM = os.environ.get("CRASH_RECLAIM", "1") == "1"
+
+
+def crash_site(n: int = N_PAGES, seed: int = 5) -> dict:
+    """n pages, each linking to the next one (so all are reachable) and to a few random others."""
+    rnd = random.Random(seed)
+    routes = {}
+    for i in range(n):
+        links = [f"/p/{(i + 1) % n}", *(f"/p/{rnd.randrange(n)}" for _ in range(4))]
+        body = html(f"Page {i}", links, extra="<p>" + "filler text " * 40 + "</p>")
+        routes[f"/p/{i}"] = lambda server, path, body=body: (200, {}, body)
+    return routes
+
+
+class Workers:
+    """Celery worker subprocesses, each its own process group; all are killed at the end, whatever happens."""
+
+    def __init__(self, settings: Settings, logdir: Path, concurrency: int = 8) -> None:
+        self.env = {
+            **os.environ,
+            "CRAWLTASKS_BROKER_URL": settings.broker_url, "CRAWLTASKS_REDIS_URL": settings.redis_url,
+            "CRAWLTASKS_MONGO_URL": settings.mongo_url, "CRAWLTASKS_MONGO_DB": settings.mongo_db,
+            "CRAWLTASKS_RECLAIM_INTERVAL": "2" if RECLAIM else "100000", "PYTHONUNBUFFERED": "1",
+            **({"CRASH_TRACE": str(logdir)} if os.environ.get("CRASH_TRACE") else {}),
+        }
+        self.logdir = logdir
+        self.concurrency = concurrency
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.started = 0
+
+    def start(self, slot: int) -> subprocess.Popen:
+        self.started += 1
+        log = open(self.logdir / f"worker{slot}-{self.started}.log", "wb")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.crashapp", "worker", "-Q", QUEUES, "-P", "threads",
+             "-c", str(self.concurrency), "-n", f"crash{slot}-{self.started}@%h", "--loglevel", "WARNING",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        self.procs[slot] = proc
+        return proc
+
+    def kill(self, slot: int) -> None:
+        proc = self.procs[slot]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def broker_state(url: str) -> dict:
+    """What the Redis broker holds: queued, reserved (unacked) and the restore mutex (for failure reports)."""
+    client = redis.Redis.from_url(url)
+    try:
+        queued = {}
+        for q in QUEUES.split(","):
+            keys = [q, *client.keys(f"{q}\x06\x16*")]
+            queued[q] = sum(client.llen(k) for k in keys)
+        return {"queued": queued, "unacked": client.hlen("unacked"), "unacked_index": client.zcard("unacked_index"),
+                "unacked_mutex_ttl": client.ttl("unacked_mutex")}
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def workers(settings, tmp_path):
+    w = Workers(settings, tmp_path)
+    yield w
+    w.stop_all()
+
+
+@pytest.fixture
+def crash_server():
+    server = SiteServer(crash_site()).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_killed_workers_lose_nothing_and_store_nothing_twice(rt, workers, crash_server, crawl_id):
+    rnd = random.Random()
+    for slot in (0, 1):
+        workers.start(slot)
+    crawl = start_crawl(crash_server.url("/p/0"), crawl_id=crawl_id, host_delay=0.0, host_concurrency=64,
+                        batch_size=4, fetch_threads=4, timeout=5.0, retry_base=0.05, retry_cap=0.5,
+                        **({"lease_time": 6.0} if RECLAIM else {}))
+    kills = []
+    try:
+        while len(kills) < KILLS and not crawl.finished:
+            time.sleep(rnd.uniform(1.5, 4.0))
+            if crawl.finished:
+                break
+            slot = rnd.choice((0, 1))
+            workers.kill(slot)
+            kills.append((slot, crawl.stats()["stored"]))
+            workers.start(slot)
+        finished = crawl.wait(timeout=110)
+        stats = crawl.stats()
+        print(f"\ncrash test: kills (worker, pages stored at the kill) {kills}; stats {stats}; "
+              f"server requests {len(crash_server.hits)}")
+        assert len(kills) >= 3, f"the crawl finished before {KILLS} kills: make it longer ({kills})"
+        assert finished, (f"the crawl did not finish after {len(kills)} kills: {stats}; "
+                          f"broker {broker_state(rt.settings.broker_url)}")
+
+        pages = crawl.pages()
+        urls = [p["url"] for p in pages]
+        assert len(urls) == len(set(urls)), "a page was stored twice"
+        assert {u.removeprefix(crash_server.base) for u in urls} == {f"/p/{i}" for i in range(N_PAGES)}
+        failures = [(f["reason"], f["url"].removeprefix(crash_server.base)) for f in crawl.failures()]
+        assert not failures, f"failure records for pages of a site that never fails: {failures}"
+        assert stats["stored"] == len(pages) == N_PAGES
+        assert stats["failed"] == 0 and stats["pending"] == 0
+        assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"] == N_PAGES
+    finally:
+        workers.stop_all()
+        rt.state.delete_crawl(crawl_id)
+        rt.storage.delete_crawl(crawl_id)
