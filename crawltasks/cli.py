@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -205,7 +206,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             from .embedded import ChildWorkers, InProcessWorker, data_dir
 
             if args.workers > 1:
-                log_dir = data_dir(args.data_dir) if embedded else Path.cwd()
+                log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
                 children = ChildWorkers(settings, args.workers, log_dir)
             worker = InProcessWorker(app, concurrency=max(1, args.concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
