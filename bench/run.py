@@ -31,7 +31,6 @@ if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `crawlt
 
 from bench import site as sitegen  # noqa: E402
 from bench.procs import RedisCounter, RunResult, celery_messages, run_measured  # noqa: E402
-from bench.scrapy_spider import SETTINGS as SCRAPY_SETTINGS  # noqa: E402
 from bench.serve import StaticServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +72,24 @@ class Row:
 
 
 # --- the three crawlers ----------------------------------------------------------------------------
+
+
+# Comparable to crawltasks' lifted politeness: many requests at once, no delay, no robots, no throttle.
+SCRAPY_SETTINGS = {
+    "CONCURRENT_REQUESTS": 64,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 64,
+    "CONCURRENT_REQUESTS_PER_IP": 0,
+    "DOWNLOAD_DELAY": 0,
+    "RANDOMIZE_DOWNLOAD_DELAY": False,
+    "ROBOTSTXT_OBEY": False,
+    "AUTOTHROTTLE_ENABLED": False,
+    "COOKIES_ENABLED": False,
+    "TELNETCONSOLE_ENABLED": False,
+    "LOG_LEVEL": "WARNING",
+    "RETRY_TIMES": 2,
+    "DOWNLOAD_TIMEOUT": 30,
+    "DEPTH_LIMIT": 0,
+}
 
 def clean_env() -> dict[str, str]:
     """The environment for crawlers: no broker configured (crawltasks runs embedded), no proxies."""
@@ -233,8 +250,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--site", choices=("pages", "big", "both"), default="both", help="which site(s) to crawl")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated tools to leave out: crawltasks,scrapy,wget")
-    p.add_argument("--workers", type=int, default=2, help="crawltasks --workers (worker processes; one per core)")
-    p.add_argument("--concurrency", type=int, default=8, help="crawltasks --concurrency (tasks per worker)")
+    p.add_argument("--workers", type=int, default=4, help="crawltasks --workers (prefork worker processes)")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="crawltasks --concurrency (tasks at once in the worker inside the command)")
     p.add_argument("--crawltasks-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `crawltasks crawl` (repeatable), e.g. --crawltasks-arg=--batch-size=32")
     p.add_argument("--server", choices=("nginx", "python"), default="nginx",

@@ -1,7 +1,7 @@
 """The Scrapy peer: follow every <a href> on the start URL's host and record url + title.
 
 Run by the harness as ``scrapy runspider bench/scrapy_spider.py -a start_url=URL -o out.jsonl`` with
-politeness lifted on the command line (see ``SETTINGS``), the same way crawltasks' is lifted.
+politeness lifted on the command line (``SCRAPY_SETTINGS`` in bench/run.py), the same way crawltasks' is lifted.
 """
 
 from __future__ import annotations
@@ -11,23 +11,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import scrapy
-
-# Comparable to crawltasks' lifted politeness: many requests at once, no delay, no robots, no throttle.
-SETTINGS = {
-    "CONCURRENT_REQUESTS": 64,
-    "CONCURRENT_REQUESTS_PER_DOMAIN": 64,
-    "CONCURRENT_REQUESTS_PER_IP": 0,
-    "DOWNLOAD_DELAY": 0,
-    "RANDOMIZE_DOWNLOAD_DELAY": False,
-    "ROBOTSTXT_OBEY": False,
-    "AUTOTHROTTLE_ENABLED": False,
-    "COOKIES_ENABLED": False,
-    "TELNETCONSOLE_ENABLED": False,
-    "LOG_LEVEL": "WARNING",
-    "RETRY_TIMES": 2,
-    "DOWNLOAD_TIMEOUT": 30,
-    "DEPTH_LIMIT": 0,
-}
 
 
 class FollowAllSpider(scrapy.Spider):

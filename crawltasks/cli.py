@@ -67,8 +67,10 @@ def build_parser() -> Parser:
     c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
     c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
     c.add_argument("--workers", type=positive_int, default=1,
-                   help="local worker processes (one per core is the most that helps; default 1)")
-    c.add_argument("--concurrency", type=positive_int, default=8, help="tasks at once per local worker (8)")
+                   help="local worker processes: 1 runs a worker inside this command; N > 1 adds N prefork "
+                        "worker processes beside it (for crawls that should use every core)")
+    c.add_argument("--concurrency", type=positive_int,
+                   help="tasks at once in the worker inside this command (default 8, or 1 beside --workers > 1)")
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
     c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
@@ -105,7 +107,7 @@ def build_parser() -> Parser:
     for flag in ("--no-worker", "--detach", "--quiet"):
         r.add_argument(flag, action="store_true")
     r.add_argument("--workers", type=positive_int, default=1)
-    r.add_argument("--concurrency", type=positive_int, default=8)
+    r.add_argument("--concurrency", type=positive_int)
     r.add_argument("--output", "-o", help="write the crawl's pages afterwards")
 
     f = sub.add_parser("failures", help="list a crawl's failed URLs")
@@ -208,7 +210,8 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             if args.workers > 1:
                 log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
                 children = ChildWorkers(settings, args.workers, log_dir)
-            worker = InProcessWorker(app, concurrency=max(1, args.concurrency),
+            concurrency = args.concurrency or (8 if args.workers <= 1 else 1)
+            worker = InProcessWorker(app, concurrency=max(1, concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()
         try:
