@@ -208,11 +208,11 @@ class ChildWorkers:
                 proc.wait()
 
 
-def _serve_mongo(storage: str, uri_file: str) -> None:
+def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:
     """Child process: run SecantusDB until terminated, publishing its URI in uri_file."""
     from secantus import SecantusDBServer
 
-    server = SecantusDBServer(host="127.0.0.1", port=0, storage_path=storage)
+    server = SecantusDBServer(host="127.0.0.1", port=port, storage_path=storage)
     server.start()
     tmp = uri_file + ".tmp"
     Path(tmp).write_text(server.uri)
@@ -229,5 +229,6 @@ if __name__ == "__main__":
     parser.add_argument("what", choices=["mongo"])
     parser.add_argument("storage")
     parser.add_argument("uri_file")
+    parser.add_argument("--port", type=int, default=0, help="default: a free port")
     args = parser.parse_args()
-    _serve_mongo(args.storage, args.uri_file)
+    _serve_mongo(args.storage, args.uri_file, args.port)

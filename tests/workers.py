@@ -28,13 +28,13 @@ class WorkerProcess:
     """One `celery worker` subprocess; stop() is safe to call twice."""
 
     def __init__(self, settings: Settings, name: str, queues: str = ALL_QUEUES, pool: str = "threads",
-                 concurrency: int = 4, log_path: Path | None = None) -> None:
+                 concurrency: int = 4, log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.name = name
         cmd = [sys.executable, "-m", "celery", "-A", "crawltasks", "worker", "-Q", queues, "-P", pool,
                "-c", str(concurrency), "-n", f"{name}@%h", "-l", "warning",
                "--without-gossip", "--without-mingle", "--without-heartbeat"]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings), stdout=out, stderr=out,
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings, **(env or {})), stdout=out, stderr=out,
                                      start_new_session=True)
 
     def stop(self, timeout: float = 15) -> None:

@@ -1,0 +1,153 @@
+"""Redis goes away mid-crawl and comes back: workers reconnect and the crawl finishes, nothing lost.
+
+The test runs its own redis-server (its own port, append-only file on) as broker and crawl state,
+stops it for a few seconds while two worker processes are busy, and starts it again on the same data.
+"""
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from crawltasks import runtime, start_crawl
+from crawltasks.celeryapp import use_broker
+
+from .sites import SiteServer, page, serve
+from .workers import WorkerProcess, wait_for
+
+N_PAGES = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OwnRedis:
+    def __init__(self, workdir) -> None:
+        self.port = free_port()
+        self.dir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_for(self.ping, timeout=10), "redis-server did not start"
+
+    def ping(self) -> bool:
+        try:
+            return bool(redis.Redis.from_url(self.url, socket_timeout=0.5).ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # a clean shutdown: the append-only file is complete
+            self.proc.wait(10)
+
+
+def slow_site(n: int, delay: float) -> dict:
+    def slow(title: str, links: list[str]):
+        body = page(title, links)
+
+        def route(server: SiteServer, path: str):
+            time.sleep(delay)
+            return body(server, path)
+        return route
+    return {f"/p/{i}": slow(f"P {i}", [f"/p/{(i + 1) % n}", f"/p/{(i * 7 + 3) % n}"]) for i in range(n)}
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_crawl_survives_a_redis_outage(settings, rt, tmp_path, crawl_id):
+    own = OwnRedis(tmp_path)
+    own.start()
+    local = replace(settings, broker_url=own.url, redis_url=own.url)
+    use_broker(own.url)
+    here = runtime.Runtime(local)  # this test's own Redis; the session's runtime stays as it is
+    server = serve(slow_site(N_PAGES, 0.02))
+    workers = [WorkerProcess(local, f"outage{i}", concurrency=4, log_path=tmp_path / f"w{i}.log",
+                             env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}) for i in range(2)]
+    try:
+        crawl = start_crawl(server.url("/p/0"), crawl_id=crawl_id, host_delay=0, host_concurrency=8, batch_size=4,
+                            obey_robots=False, retry_base=0.05, timeout=3, lease_time=8, rt=here)
+        assert wait_for(lambda: crawl.stats()["stored"] >= 40, timeout=60)
+        own.stop()
+        time.sleep(5)
+        own.start()
+        assert crawl.wait(timeout=180), crawl.stats()
+        stored = [urlsplit(p["url"]).path for p in crawl.pages()]
+        assert sorted(stored) == sorted(f"/p/{i}" for i in range(N_PAGES)), "a page was lost or stored twice"
+        stats = crawl.stats()
+        assert stats["stored"] == N_PAGES and stats["pending"] == 0 and stats["failed"] == 0
+        assert stats["scheduled"] == stats["stored"] + stats["skipped"]
+        print(f"redis outage: {N_PAGES} pages stored once; reclaimed {stats['reclaimed']}, "
+              f"server requests {len(server.hits)}")
+    finally:
+        for w in workers:
+            w.kill()
+        server.stop()
+        own.stop()
+        use_broker(settings.broker_url)
+
+
+class OwnMongo:
+    """SecantusDB in a child process on a fixed port, so it can come back where it was."""
+
+    def __init__(self, workdir) -> None:
+        self.port = free_port()
+        self.dir = workdir / "mongo"
+        self.uri_file = workdir / "mongo.uri"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        self.uri_file.unlink(missing_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.dir),
+                                      str(self.uri_file), "--port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_for(lambda: self.uri_file.exists() and self.uri_file.read_text(), timeout=30)
+        return self.uri_file.read_text().strip()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+
+
+def test_crawl_survives_a_mongo_outage(settings, rt, tmp_path, crawl_id):
+    mongo = OwnMongo(tmp_path)
+    local = replace(settings, mongo_url=mongo.start(), mongo_db="outage")
+    here = runtime.Runtime(local)
+    server = serve(slow_site(N_PAGES, 0.02))
+    workers = [WorkerProcess(local, f"mongo-outage{i}", concurrency=4, log_path=tmp_path / f"w{i}.log",
+                             env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}) for i in range(2)]
+    try:
+        crawl = start_crawl(server.url("/p/0"), crawl_id=crawl_id, host_delay=0, host_concurrency=8, batch_size=4,
+                            obey_robots=False, retry_base=0.05, timeout=3, lease_time=8, rt=here)
+        assert wait_for(lambda: crawl.stats()["stored"] >= 40, timeout=60)
+        mongo.stop()
+        time.sleep(5)
+        stored_while_down = crawl.stats()["stored"]
+        mongo.start()
+        assert crawl.wait(timeout=180), crawl.stats()
+        stored = [urlsplit(p["url"]).path for p in crawl.pages()]
+        assert sorted(stored) == sorted(f"/p/{i}" for i in range(N_PAGES)), "a page was lost or stored twice"
+        stats = crawl.stats()
+        assert stats["stored"] == N_PAGES and stats["pending"] == 0 and stats["failed"] == 0
+        print(f"mongo outage: {N_PAGES} pages stored once ({stored_while_down} before it came back); "
+              f"reclaimed {stats['reclaimed']}")
+    finally:
+        for w in workers:
+            w.kill()
+        server.stop()
+        here.close()
+        mongo.stop()
