@@ -111,7 +111,7 @@ def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: 
     env["CRAWLTASKS_DATA_DIR"] = str(data)
     cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", url, "--crawl-id", crawl_id,
            "--host-delay", "0", "--host-concurrency", "256", "--workers", str(workers),
-           "--concurrency", str(concurrency), "--batch-size", "32",
+           "--concurrency", str(concurrency), "--batch-size", "64", "--fetch-threads", "16",
            "--output", str(out), "--quiet", *extra]
     if profile is not None:
         cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--subprocesses", "-r", "50",

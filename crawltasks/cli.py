@@ -74,6 +74,7 @@ def build_parser() -> Parser:
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
     c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
+    c.add_argument("--fetch-threads", type=positive_int, help="HTTP requests at once in one fetch task (8)")
     c.add_argument("--batch-size", type=positive_int, help="requests per task message (default 16)")
     c.add_argument("--timeout", type=non_negative_float, help="seconds for one whole response (default 20)")
     c.add_argument("--allowed-domain", action="append", dest="allowed_domains",
@@ -120,7 +121,7 @@ def build_parser() -> Parser:
 
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
+    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "fetch_threads", "timeout",
              "allowed_domains", "store_html", "store_text", "dedupe")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
