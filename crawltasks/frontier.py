@@ -82,6 +82,12 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
     if plan.filtered:
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
+    if options.dedupe == "set" and len(reqs) > 1:  # most links are known: drop them before serialising
+        known = state.seen_already(crawl_id, [r.fp for r in reqs])
+        dups = sum(1 for r, k in zip(reqs, known, strict=True) if k and not r.dont_filter)
+        if dups:
+            state.incr(crawl_id, duplicates=dups)
+            reqs = [r for r, k in zip(reqs, known, strict=True) if not k or r.dont_filter]
     for r in reqs:  # the ticket names this scheduling of the URL in the counters and leases
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
     verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],

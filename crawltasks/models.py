@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 PRIORITIES = ("high", "default", "low")
@@ -32,7 +32,10 @@ class Request:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {self.priority!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # written out: dataclasses.asdict deep-copies recursively, and this runs for every link found
+        return {"url": self.url, "depth": self.depth, "priority": self.priority, "method": self.method,
+                "meta": self.meta, "dont_filter": self.dont_filter, "fp": self.fp, "ticket": self.ticket,
+                "attempt": self.attempt, "referer": self.referer}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Request:
@@ -64,7 +67,7 @@ class Fetched:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = dict(self.__dict__)  # shallow: its fields are plain values
         data["request"] = self.request.to_dict()
         return data
 

@@ -425,6 +425,12 @@ class RedisState:
         value = self.r.hget(Keys.outcome(crawl_id), ticket)
         return value.decode() if value else None
 
+    def seen_already(self, crawl_id: str, fps: Sequence[str]) -> list[bool]:
+        """Which fingerprints are already in the seen-set (one round trip; it only ever grows)."""
+        if not fps:
+            return []
+        return [bool(x) for x in self.r.smismember(Keys.seen(crawl_id), list(fps))]
+
     def is_seen(self, crawl_id: str, fp: str) -> bool:
         return bool(self.r.sismember(Keys.seen(crawl_id), fp))
 

@@ -109,7 +109,8 @@ class Response:
     def follow(self, url: str, *, priority: str | None = None, meta: dict[str, Any] | None = None,
                dont_filter: bool = False) -> Request:
         """A request for a link of this page: resolved, one level deeper, same priority by default."""
-        return Request(url=self.urljoin(url), depth=self.depth + 1,
+        absolute = url if url.startswith(("http://", "https://")) else self.urljoin(url)
+        return Request(url=absolute, depth=self.depth + 1,
                        priority=priority or self.request.priority, meta=dict(meta or {}),
                        dont_filter=dont_filter, referer=self.url)
 

@@ -62,6 +62,7 @@ def raw_fingerprint(url: str, method: str = "GET") -> str:
     return hashlib.sha1(f"{method.upper()} !{url.strip()}".encode()).hexdigest()
 
 
+@lru_cache(maxsize=32_768)
 def host_of(url: str) -> str:
     """Lowercase host name of a URL ('' if it has none)."""
     try:
@@ -70,6 +71,7 @@ def host_of(url: str) -> str:
         return ""
 
 
+@lru_cache(maxsize=32_768)
 def host_key(url: str) -> str:
     """Host and port: the unit that politeness limits apply to."""
     try:
@@ -92,7 +94,24 @@ def in_domains(host: str, domains: Iterable[str]) -> bool:
 
 def join(base: str, href: str) -> str | None:
     """Absolute URL of href against base, or None when it cannot be resolved."""
+    href = href.strip()
+    if href.startswith("/") and not href.startswith("//") and "/." not in href and "\\" not in href:
+        origin = _origin(base)  # the common case, a root-relative link, without urljoin's full parse
+        if origin:
+            return origin + href
     try:
-        return urljoin(base, href.strip())
+        return urljoin(base, href)
     except ValueError:
         return None
+
+
+@lru_cache(maxsize=4096)
+def _origin(base: str) -> str | None:
+    """scheme://netloc of an absolute http(s) URL, else None."""
+    try:
+        parts = urlsplit(base)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in FOLLOWED_SCHEMES or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
