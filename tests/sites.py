@@ -87,6 +87,16 @@ def page(title: str, links: list[str] = (), extra: str = "") -> Route:
     return lambda server, path: (200, {}, body)
 
 
+def slow_page(title: str, links: list[str] = (), delay: float = 0.05) -> Route:
+    """A page that takes `delay` seconds to answer, so a crawl of it lasts long enough to act on."""
+    body = page(title, links)
+
+    def route(server: SiteServer, path: str):
+        time.sleep(delay)
+        return body(server, path)
+    return route
+
+
 def redirect(location: str, status: int = 301) -> Route:
     return lambda server, path: (status, {"Location": location}, b"")
 

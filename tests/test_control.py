@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from crawltasks import Crawl, Request, start_crawl
 
 from . import spiders
-from .sites import FAST, SiteServer, page, serve, status
+from .sites import FAST, SiteServer, page, serve, slow_page, status
 from .workers import wait_for
 
 
@@ -165,14 +165,7 @@ def test_max_pages_per_host(worker, rt, crawl_id):
 
 
 def slow_site(n: int, delay: float) -> dict:
-    def slow(title, links):
-        body = page(title, links)
-
-        def route(server, path):
-            time.sleep(delay)
-            return body(server, path)
-        return route
-    return {f"/s/{i}": slow(f"S {i}", [f"/s/{i + 1}", f"/s/{(i + 2) % n}"]) for i in range(n)}
+    return {f"/s/{i}": slow_page(f"S {i}", [f"/s/{i + 1}", f"/s/{(i + 2) % n}"], delay) for i in range(n)}
 
 
 def test_cancel_finishes_with_consistent_counters(worker, rt, crawl_id):

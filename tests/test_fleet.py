@@ -7,20 +7,13 @@ import pytest
 
 from crawltasks import start_crawl
 
-from .sites import SiteServer, page, serve
+from .sites import serve, slow_page
 from .workers import WorkerProcess, wait_for
 
 
 def slow_pages(n: int, delay: float) -> dict:
-    def slow(title: str, links: list[str]):
-        body = page(title, links)
-
-        def route(server: SiteServer, path: str):
-            time.sleep(delay)
-            return body(server, path)
-        return route
-    routes = {"/": slow("Home", [f"/p/{i}" for i in range(n)])}
-    routes.update({f"/p/{i}": slow(f"P {i}", [f"/p/{(i * 3) % n}"]) for i in range(n)})
+    routes = {"/": slow_page("Home", [f"/p/{i}" for i in range(n)], delay)}
+    routes.update({f"/p/{i}": slow_page(f"P {i}", [f"/p/{(i * 3) % n}"], delay) for i in range(n)})
     return routes
 
 

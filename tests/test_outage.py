@@ -18,7 +18,7 @@ import redis
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
 
-from .sites import SiteServer, page, serve
+from .sites import serve, slow_page
 from .workers import WorkerProcess, wait_for
 
 N_PAGES = 300
@@ -57,14 +57,7 @@ class OwnRedis:
 
 
 def slow_site(n: int, delay: float) -> dict:
-    def slow(title: str, links: list[str]):
-        body = page(title, links)
-
-        def route(server: SiteServer, path: str):
-            time.sleep(delay)
-            return body(server, path)
-        return route
-    return {f"/p/{i}": slow(f"P {i}", [f"/p/{(i + 1) % n}", f"/p/{(i * 7 + 3) % n}"]) for i in range(n)}
+    return {f"/p/{i}": slow_page(f"P {i}", [f"/p/{(i + 1) % n}", f"/p/{(i * 7 + 3) % n}"], delay) for i in range(n)}
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
