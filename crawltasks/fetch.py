@@ -29,7 +29,6 @@ from .settings import CrawlOptions
 from .urls import InvalidURL, canonicalize, fingerprint, join
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
-MAX_GATE_WAIT = 2.0  # seconds a fetch task waits for busy hosts before it defers their requests
 CHUNK = 64 * 1024
 
 _local = threading.local()

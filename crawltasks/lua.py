@@ -32,7 +32,7 @@ for i = 4, #ARGV, 4 do
   if flag == 1 then
     redis.call('SADD', KEYS[6], host)
     redis.call('ZADD', KEYS[4], deadline, ARGV[i + 2])
-    redis.call('HSET', KEYS[5], ARGV[i + 2], ARGV[i + 3])
+    if ARGV[i + 3] ~= '' then redis.call('HSET', KEYS[5], ARGV[i + 2], ARGV[i + 3]) end
   end
   flags[#flags + 1] = flag
   counts[flag + 1] = counts[flag + 1] + 1

@@ -237,9 +237,6 @@ class RedisState:
             return []
         return [bool(x) for x in self.r.smismember(Keys.seen(crawl_id), list(fps))]
 
-    def is_seen(self, crawl_id: str, fp: str) -> bool:
-        return bool(self.r.sismember(Keys.seen(crawl_id), fp))
-
     def claim_seen(self, crawl_id: str, fp: str, bloom: BloomFilter | None = None) -> bool:
         """Mark a fingerprint seen (e.g. a redirect target); True if it was new."""
         if bloom is not None:
@@ -350,17 +347,6 @@ class RedisState:
         """Tell the host's shared state how it answered; returns its extra delay in seconds."""
         args = ["slow", int(wait * 1000)] if slow else ["ok", 0]
         return int(self._host_feedback(keys=[Keys.host_next(host), Keys.host_backoff(host)], args=args)) / 1000
-
-    def host_state(self, host: str) -> dict[str, float]:
-        """In flight, extra back-off delay (s) and seconds until the next request may start."""
-        pipe = self.r.pipeline(transaction=False)
-        now_ms = time.time() * 1000
-        pipe.zcount(Keys.host_slots(host), now_ms, "+inf")
-        pipe.get(Keys.host_backoff(host))
-        pipe.get(Keys.host_next(host))
-        active, backoff, nxt = pipe.execute()
-        return {"in_flight": int(active), "backoff": int(backoff or 0) / 1000,
-                "wait": max(0.0, (float(nxt or 0) - now_ms) / 1000)}
 
     # --- crawl control --------------------------------------------------------------------------
     def control(self, crawl_id: str, from_states: Sequence[str], to_state: str) -> tuple[bool, list[str]]:
