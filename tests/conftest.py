@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import redis
 
 from crawltasks import runtime
 from crawltasks.celeryapp import app, use_broker
-from crawltasks.embedded import InProcessWorker
+from crawltasks.embedded import InProcessWorker, MongoProcess
 from crawltasks.settings import Settings
 
 from .sites import SiteServer, basic_site, serve
@@ -47,17 +44,9 @@ def mongo_url(tmp_path_factory: pytest.TempPathFactory) -> str:
         yield given
         return
     root = tmp_path_factory.mktemp("mongo")
-    uri_file = root / "uri"
-    proc = subprocess.Popen([sys.executable, "-m", "crawltasks.embedded", "mongo", str(root / "data"), str(uri_file)],
-                            stdout=subprocess.DEVNULL, stderr=(root / "log").open("wb"))
-    deadline = time.monotonic() + 30
-    while not (uri_file.exists() and uri_file.read_text()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"SecantusDB did not start: {(root / 'log').read_text()[-2000:]}")
-        time.sleep(0.05)
-    yield uri_file.read_text().strip()
-    proc.terminate()
-    proc.wait(10)
+    server = MongoProcess(root / "data", root / "log")
+    yield server.start()
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ stops it for a few seconds while two worker processes are busy, and starts it ag
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -17,6 +16,7 @@ import redis
 
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
+from crawltasks.embedded import MongoProcess
 
 from .sites import serve, slow_page
 from .workers import WorkerProcess, wait_for
@@ -93,31 +93,8 @@ def test_crawl_survives_a_redis_outage(settings, rt, tmp_path, crawl_id):
         use_broker(settings.broker_url)
 
 
-class OwnMongo:
-    """SecantusDB in a child process on a fixed port, so it can come back where it was."""
-
-    def __init__(self, workdir) -> None:
-        self.port = free_port()
-        self.dir = workdir / "mongo"
-        self.uri_file = workdir / "mongo.uri"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> str:
-        self.uri_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.dir),
-                                      str(self.uri_file), "--port", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert wait_for(lambda: self.uri_file.exists() and self.uri_file.read_text(), timeout=30)
-        return self.uri_file.read_text().strip()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(15)
-
-
 def test_crawl_survives_a_mongo_outage(settings, rt, tmp_path, crawl_id):
-    mongo = OwnMongo(tmp_path)
+    mongo = MongoProcess(tmp_path / "mongo", tmp_path / "mongo.log")
     local = replace(settings, mongo_url=mongo.start(), mongo_db="outage")
     here = runtime.Runtime(local)
     server = serve(slow_site(N_PAGES, 0.02))
