@@ -17,6 +17,7 @@ import redis
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
 from crawltasks.embedded import MongoProcess
+from crawltasks.settings import Settings
 
 from .sites import serve, slow_page
 from .workers import WorkerProcess, wait_for
@@ -60,13 +61,9 @@ def slow_site(n: int, delay: float) -> dict:
     return {f"/p/{i}": slow_page(f"P {i}", [f"/p/{(i + 1) % n}", f"/p/{(i * 7 + 3) % n}"], delay) for i in range(n)}
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
-def test_crawl_survives_a_redis_outage(settings, rt, tmp_path, crawl_id):
-    own = OwnRedis(tmp_path)
-    own.start()
-    local = replace(settings, broker_url=own.url, redis_url=own.url)
-    use_broker(own.url)
-    here = runtime.Runtime(local)  # this test's own Redis; the session's runtime stays as it is
+def crawl_through_outage(local: Settings, here: runtime.Runtime, crawl_id: str, tmp_path, stop, start) -> dict:
+    """Crawl with two worker processes; once 40 pages are stored, stop() a service for 5 s, then start()
+    it again. Asserts every page stored exactly once and consistent counters; returns the stats."""
     server = serve(slow_site(N_PAGES, 0.02))
     workers = [WorkerProcess(local, f"outage{i}", concurrency=4, log_path=tmp_path / f"w{i}.log",
                              env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}) for i in range(2)]
@@ -74,21 +71,33 @@ def test_crawl_survives_a_redis_outage(settings, rt, tmp_path, crawl_id):
         crawl = start_crawl(server.url("/p/0"), crawl_id=crawl_id, host_delay=0, host_concurrency=8, batch_size=4,
                             obey_robots=False, retry_base=0.05, timeout=3, lease_time=8, rt=here)
         assert wait_for(lambda: crawl.stats()["stored"] >= 40, timeout=60)
-        own.stop()
+        stop()
         time.sleep(5)
-        own.start()
+        start()
         assert crawl.wait(timeout=180), crawl.stats()
         stored = [urlsplit(p["url"]).path for p in crawl.pages()]
         assert sorted(stored) == sorted(f"/p/{i}" for i in range(N_PAGES)), "a page was lost or stored twice"
         stats = crawl.stats()
         assert stats["stored"] == N_PAGES and stats["pending"] == 0 and stats["failed"] == 0
         assert stats["scheduled"] == stats["stored"] + stats["skipped"]
-        print(f"redis outage: {N_PAGES} pages stored once; reclaimed {stats['reclaimed']}, "
-              f"server requests {len(server.hits)}")
+        return stats
     finally:
         for w in workers:
             w.kill()
         server.stop()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_crawl_survives_a_redis_outage(settings, rt, tmp_path, crawl_id):
+    own = OwnRedis(tmp_path)
+    own.start()
+    local = replace(settings, broker_url=own.url, redis_url=own.url)
+    use_broker(own.url)
+    try:
+        here = runtime.Runtime(local)  # this test's own Redis; the session's runtime stays as it is
+        stats = crawl_through_outage(local, here, crawl_id, tmp_path, own.stop, own.start)
+        print(f"redis outage: {N_PAGES} pages stored once; reclaimed {stats['reclaimed']}")
+    finally:
         own.stop()
         use_broker(settings.broker_url)
 
@@ -97,27 +106,9 @@ def test_crawl_survives_a_mongo_outage(settings, rt, tmp_path, crawl_id):
     mongo = MongoProcess(tmp_path / "mongo", tmp_path / "mongo.log")
     local = replace(settings, mongo_url=mongo.start(), mongo_db="outage")
     here = runtime.Runtime(local)
-    server = serve(slow_site(N_PAGES, 0.02))
-    workers = [WorkerProcess(local, f"mongo-outage{i}", concurrency=4, log_path=tmp_path / f"w{i}.log",
-                             env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}) for i in range(2)]
     try:
-        crawl = start_crawl(server.url("/p/0"), crawl_id=crawl_id, host_delay=0, host_concurrency=8, batch_size=4,
-                            obey_robots=False, retry_base=0.05, timeout=3, lease_time=8, rt=here)
-        assert wait_for(lambda: crawl.stats()["stored"] >= 40, timeout=60)
-        mongo.stop()
-        time.sleep(5)
-        stored_while_down = crawl.stats()["stored"]
-        mongo.start()
-        assert crawl.wait(timeout=180), crawl.stats()
-        stored = [urlsplit(p["url"]).path for p in crawl.pages()]
-        assert sorted(stored) == sorted(f"/p/{i}" for i in range(N_PAGES)), "a page was lost or stored twice"
-        stats = crawl.stats()
-        assert stats["stored"] == N_PAGES and stats["pending"] == 0 and stats["failed"] == 0
-        print(f"mongo outage: {N_PAGES} pages stored once ({stored_while_down} before it came back); "
-              f"reclaimed {stats['reclaimed']}")
+        stats = crawl_through_outage(local, here, crawl_id, tmp_path, mongo.stop, mongo.start)
+        print(f"mongo outage: {N_PAGES} pages stored once; reclaimed {stats['reclaimed']}")
     finally:
-        for w in workers:
-            w.kill()
-        server.stop()
         here.close()
         mongo.stop()
