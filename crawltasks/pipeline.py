@@ -29,8 +29,6 @@ from .sitemaps import looks_like_sitemap, parse_sitemap
 from .spiders import Response, Spider, StopCrawl
 from .store import FAILURES, ITEMS, PAGES
 
-log = logging.getLogger("crawltasks")
-
 TEXT_CAP = 200_000  # characters of visible text kept per page when a spider stores text
 SILENT_SKIPS = frozenset({"duplicate_redirect", "cancelled"})  # skipped without a record
 RECORDED_SKIPS = frozenset({"robots_disallowed", "skipped_by_hook"})  # skipped, with a record
@@ -58,8 +56,7 @@ def crawl_is_stopping(rt: Runtime, crawl_id: str) -> bool:
     if limit and state in ("running", "paused"):
         started = float(rt.state.crawl_meta(crawl_id).get("started_at", time.time()))
         if time.time() - started > limit:
-            log.warning("crawl %s ran past max_run_time (%ss): cancelling", crawl_id, limit)
-            cancel(rt, crawl_id)
+            cancel(rt, crawl_id, f"ran past max_run_time ({limit}s)")
             return True
     return False
 
@@ -193,7 +190,8 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
             cancel(rt, crawl_id, str(exc))
             kept = True
         except Exception as exc:  # user code: its failure is this request's, not the worker's
-            log.warning("spider %s failed on %s: %r", options.spider, f.url, exc, extra={"url": f.url})
+            logs.event("spider.error", logging.WARNING, crawl_id=crawl_id, url=f.url, spider=options.spider,
+                       message=f"{type(exc).__name__}: {exc}")
             f.error, f.message = "spider_error", f"{type(exc).__name__}: {exc}"
             out["records"].append(record_doc(crawl_id, f))
             continue
@@ -293,7 +291,7 @@ def cancel(rt: Runtime, crawl_id: str, reason: str = "") -> bool:
     """Cancel a crawl: queued batches end as skipped when they reach a worker; parked ones at once."""
     changed, parked = rt.state.control(crawl_id, ["running", "paused"], "cancelling")
     if changed:
-        log.warning("crawl %s cancelled%s", crawl_id, f": {reason}" if reason else "", extra={"crawl_id": crawl_id})
+        logs.event("crawl.cancelled", logging.WARNING, crawl_id=crawl_id, reason=reason or None)
     tickets = [Request.from_dict(r).ticket for batch in parked for r in json.loads(batch)]
     rt.state.finish(crawl_id, [(t, "skipped") for t in tickets])
     return changed

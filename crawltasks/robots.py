@@ -9,13 +9,12 @@ from dataclasses import replace
 
 from protego import Protego
 
+from . import logs
 from .fetch import fetch_one
 from .models import Request
 from .redisstate import Keys, RedisState
 from .settings import CrawlOptions
 from .urls import host_key
-
-log = logging.getLogger("crawltasks")
 
 ALLOW, DENY, WAIT = "allow", "deny", "wait"
 ERROR_TTL = 600  # seconds an unreachable robots.txt counts as "allow all" before it is asked again
@@ -92,7 +91,8 @@ class Robots:
         elif fetched.status is not None and 400 <= fetched.status < 500:
             text, ttl = "", self.options.robots_ttl
         else:
-            log.warning("robots.txt of %s unreachable (%s): allowing all for %ds", origin, fetched.error, ERROR_TTL)
+            logs.event("robots.unreachable", logging.WARNING, url=f"{origin}/robots.txt", reason=fetched.error,
+                       allow_all_for=ERROR_TTL)
             text, ttl = "", ERROR_TTL
         self.state.r.set(Keys.robots(origin), text, ex=ttl)
         return text
