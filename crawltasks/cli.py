@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -215,6 +216,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             worker = InProcessWorker(app, concurrency=max(1, concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()
+        stopping = threading.Thread(target=stop_workers, args=(worker, children), name="stop-workers")
         try:
             crawl = begin()
             if args.detach:
@@ -224,17 +226,25 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
             with CrawlProgress(quiet=args.quiet) as progress:
                 crawl.wait(progress=progress, poll=0.25)
+            stopping.start()  # the crawl is finished: workers wind down while the results are written
+            stats = crawl.stats()
+            print(summary(stats))
+            if args.output:
+                pages, items = crawl.export(args.output)
+                print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
         finally:
-            if worker is not None:
-                worker.stop()
-            if children is not None:
-                children.stop()
-        stats = crawl.stats()
-        print(summary(stats))
-        if args.output:
-            pages, items = crawl.export(args.output)
-            print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
+            if stopping.ident is None:  # never started: the crawl was interrupted or failed to start
+                stop_workers(worker, children)
+            else:
+                stopping.join()
     return 0
+
+
+def stop_workers(worker, children) -> None:
+    if worker is not None:
+        worker.stop()
+    if children is not None:
+        children.stop()
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

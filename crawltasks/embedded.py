@@ -13,6 +13,7 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -246,6 +247,10 @@ def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    listener = getattr(server, "_socket", None)
+    if listener is not None:  # wake its accept() now; stop() alone waits 2 s for it to time out
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
     server.stop()
 
 
