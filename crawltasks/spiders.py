@@ -150,7 +150,9 @@ class Spider:
 
     # --- lifecycle hooks: return None to skip; raise StopCrawl to stop the crawl ----------------
     def before_request(self, request: Request) -> Request | None:
-        """Called before fetching: change the request (e.g. build its URL from meta) or skip it."""
+        """Called before fetching: change the request (e.g. build its URL from meta) or skip it.
+
+        It runs again for each retry of the request, on the request as it left this hook."""
         return request
 
     def after_response(self, response: Response) -> Response | None:
