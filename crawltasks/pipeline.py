@@ -47,9 +47,8 @@ def _skip(req: Request, reason: str, message: str) -> Fetched:
     return Fetched(request=req, error=reason, message=message, fetched_at=_now())
 
 
-def crawl_is_stopping(rt: Runtime, crawl_id: str) -> bool:
-    """True when the crawl is cancelled, or just ran past max_run_time (then it is cancelled)."""
-    state = rt.state.state_of(crawl_id)
+def crawl_is_stopping(rt: Runtime, crawl_id: str, state: str) -> bool:
+    """True when the crawl (in ``state``) is cancelled, or just ran past max_run_time (then it is cancelled)."""
     if state in ("cancelling", "cancelled"):
         return True
     limit = rt.options(crawl_id).max_run_time
@@ -64,9 +63,12 @@ def crawl_is_stopping(rt: Runtime, crawl_id: str) -> bool:
 def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcome:
     """Fetch a batch; park bodies in Redis; sort outcomes into results, retries and deferrals."""
     options, state = rt.options(crawl_id), rt.state
-    if state.state_of(crawl_id) == "paused" and state.park(crawl_id, json.dumps([r.to_dict() for r in batch])):
-        return FetchOutcome()
-    if crawl_is_stopping(rt, crawl_id):
+    current = state.state_of(crawl_id)
+    if current == "paused":
+        if state.park(crawl_id, json.dumps([r.to_dict() for r in batch])):
+            return FetchOutcome()
+        current = state.state_of(crawl_id)  # it changed meanwhile: resumed or cancelled
+    if crawl_is_stopping(rt, crawl_id, current):
         return FetchOutcome(results=[_skip(r, "cancelled", "the crawl was cancelled") for r in batch])
     state.lease(crawl_id, [r.ticket for r in batch], options.lease_time)
     spider = rt.spider(crawl_id)
