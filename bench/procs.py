@@ -33,6 +33,7 @@ class RunResult:
     peak_main_mb: float
     peak_tree_mb: float
     peak_by_name: dict[str, float] = field(default_factory=dict)
+    cpu_by_name: dict[str, float] = field(default_factory=dict)  # CPU seconds (user + system), last sample
     stdout: str = ""
     stderr: str = ""
 
@@ -49,6 +50,7 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
         main = psutil.Process(proc.pid)
         peak_main = peak_tree = 0
         by_name: dict[str, int] = {}
+        cpu: dict[int, tuple[str, float]] = {}  # pid -> (label, CPU seconds at its last sample)
         while proc.poll() is None:
             if time.monotonic() - started > timeout:
                 for child in main.children(recursive=True):
@@ -62,9 +64,11 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
                     try:
                         rss = p.memory_info().rss
                         name = _label(p)
+                        times = p.cpu_times()
                     except psutil.Error:
                         continue
                     total += rss
+                    cpu[p.pid] = (name, times.user + times.system)
                     by_name[name] = max(by_name.get(name, 0), rss)
                     if p.pid == main.pid:
                         peak_main = max(peak_main, rss)
@@ -79,8 +83,11 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
     stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     out_path.unlink(missing_ok=True)
     err_path.unlink(missing_ok=True)
+    cpu_by_name: dict[str, float] = {}
+    for name, used in cpu.values():
+        cpu_by_name[name] = round(cpu_by_name.get(name, 0.0) + used, 1)
     return RunResult(list(cmd), proc.returncode, seconds, peak_main / MB, peak_tree / MB,
-                     {k: round(v / MB, 1) for k, v in by_name.items()}, stdout, stderr)
+                     {k: round(v / MB, 1) for k, v in by_name.items()}, cpu_by_name, stdout, stderr)
 
 
 def _label(p: psutil.Process) -> str:

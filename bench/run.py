@@ -52,6 +52,7 @@ class Row:
     redis_commands: dict[str, int] = field(default_factory=dict)
     celery_messages: int | None = None
     memory_by_process: dict[str, float] = field(default_factory=dict)
+    cpu_by_process: dict[str, float] = field(default_factory=dict)  # CPU seconds summed over processes
     note: str = ""
 
     @property
@@ -166,6 +167,7 @@ def _row(tool: str, res: RunResult, pages: int) -> Row:
     note = "" if res.returncode == 0 else f"exit {res.returncode}: {res.stderr.strip()[-300:]}"
     return Row(tool=tool, pages=pages, seconds=res.seconds, peak_worker_mb=res.peak_main_mb,
                peak_tree_mb=res.peak_tree_mb, returncode=res.returncode, memory_by_process=res.peak_by_name,
+               cpu_by_process=res.cpu_by_name,
                note=note)
 
 
@@ -234,6 +236,10 @@ def format_table(title: str, rows: list[Row]) -> str:
                 top = sorted(r.redis_commands.items(), key=lambda kv: -kv[1])[:10]
                 lines.append("  crawltasks: top Redis commands/page: "
                              + ", ".join(f"{k} {v / r.pages:.2f}" for k, v in top))
+        if r.pages and r.cpu_by_process:
+            per_page = sorted(r.cpu_by_process.items(), key=lambda kv: -kv[1])
+            lines.append(f"  {r.tool}: CPU ms/page {1000 * sum(r.cpu_by_process.values()) / r.pages:.2f} = "
+                         + " + ".join(f"{k} {1000 * v / r.pages:.2f}" for k, v in per_page))
         if r.note:
             lines.append(f"  {r.tool}: {r.note}")
     return "\n".join(lines)

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from crawltasks.embedded import free_port
+
 NGINX_CONF = """\
 {user}worker_processes 1;
 worker_rlimit_nofile 16384;
@@ -51,13 +53,6 @@ http {{
     }}
 }}
 """
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:

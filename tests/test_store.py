@@ -1,0 +1,57 @@
+"""The store on a real MongoDB-protocol server: inserts first, upserts only what is already there."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from crawltasks.store import ITEMS, PAGES, MongoStorage
+
+
+@pytest.fixture
+def storage(mongo_url: str):
+    db = f"store_{uuid.uuid4().hex[:8]}"
+    s = MongoStorage.from_url(mongo_url, db, flush_size=10_000)
+    yield s
+    s.client.drop_database(db)
+    s.client.close()
+
+
+def page(crawl: str, i: int, **fields) -> dict:
+    return {"crawl_id": crawl, "fp": f"{i:040x}", "url": f"http://127.0.0.1/p/{i}", "status": 200, **fields}
+
+
+def test_new_documents_are_written_once_and_callers_dicts_are_untouched(storage: MongoStorage) -> None:
+    docs = [page("c1", i) for i in range(50)]
+    storage.add(PAGES, docs)
+    assert storage.flush() == 50
+    assert all("_id" not in d for d in docs)
+    assert storage.count(PAGES, "c1") == 50
+    assert [d["url"] for d in storage.pages("c1")] == [f"http://127.0.0.1/p/{i}" for i in range(50)]
+
+
+def test_a_replay_overwrites_instead_of_duplicating(storage: MongoStorage) -> None:
+    storage.add(PAGES, [page("c1", i, title="old") for i in range(20)])
+    storage.flush()
+    # A replayed batch: half already stored (now with new fields), half new.
+    storage.add(PAGES, [page("c1", i, title="new") for i in range(10, 30)])
+    storage.flush()
+    by_url = {d["url"]: d for d in storage.pages("c1")}
+    assert len(by_url) == 30 and storage.count(PAGES, "c1") == 30
+    assert [by_url[f"http://127.0.0.1/p/{i}"]["title"] for i in (0, 9, 10, 19, 20, 29)] == \
+        ["old", "old", "new", "new", "new", "new"]
+    assert all("_id" not in d for d in by_url.values())
+
+
+def test_the_same_key_twice_in_one_flush_keeps_the_last(storage: MongoStorage) -> None:
+    storage.add(ITEMS, [page("c2", 1, price=1), page("c2", 2, price=2), page("c2", 1, price=3)])
+    storage.flush()
+    prices = sorted(d["price"] for d in storage.items("c2"))
+    assert prices == [2, 3]
+
+
+def test_keys_are_per_crawl(storage: MongoStorage) -> None:
+    storage.add(PAGES, [page("a", 1), page("b", 1)])
+    storage.flush()
+    assert storage.count(PAGES, "a") == storage.count(PAGES, "b") == 1
