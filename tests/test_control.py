@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from crawltasks import Crawl, Request, start_crawl
 
 from . import spiders
-from .sites import FAST, SiteServer, page, serve, slow_page, status
+from .sites import FAST, SiteServer, html, page, serve, slow_page, status
 from .workers import wait_for
 
 
@@ -259,5 +259,26 @@ def test_sitemap_seeds_and_robots_sitemaps(worker, rt, crawl_id):
                                   **FAST)
         assert from_robots.wait(timeout=30)
         assert paths(from_robots) == {"/", "/sitemap1.xml", *(f"/s/{i}" for i in range(5))}
+    finally:
+        server.stop()
+
+
+def test_cookies_a_site_sets_are_not_sent_back_later_or_to_other_crawls(worker, rt, crawl_id):
+    """Fetch threads serve many crawls: a Set-Cookie must not turn into a cookie on their next request."""
+    setter = page("Home", ["/next", "/then"])
+    routes = {"/": lambda s, p: (200, {"Set-Cookie": "tracker=abc; Path=/"}, setter(s, p)[2]),
+              "/next": lambda s, p: (200, {"Set-Cookie": "other=1; Path=/"}, html("Next", ["/then"])),
+              "/then": page("Then")}
+    server = serve(routes)
+    try:
+        first = start_crawl(server.url("/"), crawl_id=crawl_id, cookies={"mine": "1"}, **FAST)
+        assert first.wait(timeout=30), first.stats()
+        second = start_crawl(server.url("/"), crawl_id=crawl_id + "-again", **FAST)
+        assert second.wait(timeout=30), second.stats()
+        assert paths(first) == paths(second) == {"/", "/next", "/then"}
+        sent = [(h.path, h.headers.get("cookie")) for h in server.hits if h.path != "/robots.txt"]
+        assert len(sent) == 6
+        assert all(cookie in (None, "mine=1") for _, cookie in sent), sent
+        assert sum(cookie == "mine=1" for _, cookie in sent) == 3
     finally:
         server.stop()
