@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
@@ -19,11 +20,31 @@ class InvalidURL(ValueError):
     """A URL that cannot be fetched; the message says why."""
 
 
+# A URL already in canonical form: lowercase http(s) and host, no query, fragment, dot segment or
+# character that needs quoting. Most links of most sites look like this; they skip w3lib.
+_PLAIN = re.compile(r"(https?)://([a-z0-9]+(?:[.-][a-z0-9]+)*)(?::([1-9][0-9]{0,4}))?(/[A-Za-z0-9._~/-]*)?")
+
+
 @lru_cache(maxsize=32_768)  # the same links recur on many pages of a site
 def canonicalize(url: str) -> str:
     """Canonical form used for identity: lowercase scheme and host, no default port, no fragment,
     sorted query, normalised percent-encoding. Raises InvalidURL for what cannot be fetched."""
     url = url.strip()
+    return _plain_canonical(url) or _full_canonical(url)
+
+
+def _plain_canonical(url: str) -> str | None:
+    """The canonical form of a URL that needs no rewriting but the default port; else None."""
+    m = _PLAIN.fullmatch(url)
+    if m is None or "/." in url:
+        return None
+    scheme, host, port, path = m.groups()
+    if port is not None and (int(port) > 65535 or DEFAULT_PORTS[scheme] == int(port)):
+        return None
+    return f"{scheme}://{host}{':' + port if port else ''}{path or '/'}"
+
+
+def _full_canonical(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -50,11 +71,18 @@ def canonicalize(url: str) -> str:
 def fingerprint(canonical_url: str, method: str = "GET", meta: dict[str, Any] | None = None,
                 meta_fields: Iterable[str] = ()) -> str:
     """SHA-1 (hex) of method, canonical URL and the chosen metadata fields."""
+    if not meta_fields:
+        return _plain_fingerprint(method, canonical_url)
     key = f"{method.upper()} {canonical_url}"
     chosen = {name: meta[name] for name in meta_fields if meta and name in meta}
     if chosen:
         key += " " + json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha1(key.encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=32_768)  # links recur: most fingerprints are of URLs this process has seen
+def _plain_fingerprint(method: str, canonical_url: str) -> str:
+    return hashlib.sha1(f"{method.upper()} {canonical_url}".encode()).hexdigest()
 
 
 def raw_fingerprint(url: str, method: str = "GET") -> str:
@@ -92,17 +120,44 @@ def in_domains(host: str, domains: Iterable[str]) -> bool:
     return False
 
 
+# A root-relative reference whose path and query urljoin leaves as they are ("/docs/a?page=2").
+_SIMPLE_ROOT = re.compile(r"/[A-Za-z0-9._~/%-]*(?:\?[A-Za-z0-9._~/=&%+,:@-]+)?")
+# A relative reference that only appends to the base's directory: no scheme, query, fragment,
+# dot segment or backslash ("page.html", "docs/intro", "./next").
+_SIMPLE_RELATIVE = re.compile(r"(?:\./)*([A-Za-z0-9_~-][A-Za-z0-9._~/-]*)")
+
+
 def join(base: str, href: str) -> str | None:
-    """Absolute URL of href against base, or None when it cannot be resolved."""
+    """Absolute URL of href against base, or None when it cannot be resolved. The common shapes
+    of links (root-relative, or relative without dot segments) skip urljoin's full parse."""
     href = href.strip()
-    if href.startswith("/") and not href.startswith("//") and "/." not in href and "\\" not in href:
-        origin = _origin(base)  # the common case, a root-relative link, without urljoin's full parse
-        if origin:
-            return origin + href
+    if href.startswith("/"):
+        if not href.startswith("//") and "/." not in href and _SIMPLE_ROOT.fullmatch(href):
+            origin = _origin(base)
+            if origin:
+                return origin + href
+    else:
+        m = _SIMPLE_RELATIVE.fullmatch(href)
+        if m is not None and "/." not in href[m.start(1):] and "//" not in href:  # urljoin folds "//"
+            directory = _directory(base)
+            if directory:
+                return directory + m.group(1)
     try:
         return urljoin(base, href)
     except ValueError:
         return None
+
+
+@lru_cache(maxsize=4096)
+def _directory(base: str) -> str | None:
+    """scheme://netloc/dir/ of an absolute http(s) URL (what a plain relative link appends to)."""
+    origin = _origin(base)
+    if origin is None:
+        return None
+    path = urlsplit(base).path
+    if "//" in path or "/." in path:  # urljoin would rewrite these segments
+        return None
+    return origin + path[:path.rfind("/") + 1] if path else origin + "/"
 
 
 @lru_cache(maxsize=4096)

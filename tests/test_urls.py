@@ -50,3 +50,47 @@ def test_domains_and_hosts():
     assert not in_domains("example.com.evil.org", ["example.com"])
     assert host_key("https://A.com/x") == "a.com:443"
     assert host_key("http://a.com:8080/x") == "a.com:8080"
+
+
+def _spellings(rng, pieces, n, max_len):
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, max_len))) for _ in range(n)]
+
+
+def test_the_fast_paths_agree_with_the_full_ones():
+    """Plain URLs and simple relative links skip w3lib and urljoin; on anything they accept, the
+    result must be what the full code gives (thousands of generated spellings, edge cases favoured)."""
+    import random
+    from urllib.parse import urljoin
+
+    from crawltasks import urls
+
+    rng = random.Random(7)
+    hosts = ["h", "example.com", "a-b.example.org", "127.0.0.1", "Host.com", "xn--bcher-kva.de", "a..b", "-a"]
+    ports = ["", ":80", ":443", ":8080", ":0", ":080", ":65535", ":65536", ":x"]
+    path_pieces = ["/", "a", "B", "1", ".", "..", "./", "../", "-", "_", "~", "%41", "%7e", " ", ";", ":", "@",
+                   "?", "#", "=", "&", "é", "//", "\\", "index.html"]
+    fast_canonical = 0
+    for scheme in ("http", "https", "HTTP"):
+        for host in hosts:
+            for port in ports:
+                for path in _spellings(rng, path_pieces, 40, 6):
+                    url = f"{scheme}://{host}{port}{path}"
+                    fast = urls._plain_canonical(url)
+                    if fast is not None:
+                        fast_canonical += 1
+                        assert fast == urls._full_canonical(url), url
+    assert fast_canonical > 150  # the fast path is taken, not just never wrong
+
+    bases = ["http://h", "http://h/", "http://h/a", "http://h/a/", "http://h/a/b.html?x=1#f", "https://h:8443/a;p/b",
+             "http://h/a/b/c/", "http://h//a", "ftp://h/a/", "http:///a", "http://h/a?q/r"]
+    href_pieces = ["a", "b", "/", ".", "./", "../", "..", "-", "_", "~", "x.html", "?", "#", ":", "\\", " ", "%20",
+                   "//", "mailto:", "http://o/"]
+    fast_join = 0
+    for base in bases:
+        for href in _spellings(rng, href_pieces, 400, 5):
+            want = urljoin(base, href.strip())
+            got = urls.join(base, href)
+            if got != want:
+                raise AssertionError(f"join({base!r}, {href!r}) = {got!r}, urljoin gives {want!r}")
+            fast_join += urls._directory(base) is not None and urls._SIMPLE_RELATIVE.fullmatch(href.strip()) is not None
+    assert fast_join > 200
