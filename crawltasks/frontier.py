@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .bloom import BloomFilter
 from .models import PRIORITIES, Request
-from .redisstate import NEW, RedisState
+from .redisstate import DUPLICATE, NEW, RedisState
 from .settings import CrawlOptions
 from .urls import (
     FOLLOWED_SCHEMES,
@@ -82,12 +82,8 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
     if plan.filtered:
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
-    if options.dedupe == "set" and len(reqs) > 1:  # most links are known: drop them before serialising
-        known = state.seen_already(crawl_id, [r.fp for r in reqs])
-        dups = sum(1 for r, k in zip(reqs, known, strict=True) if k and not r.dont_filter)
-        if dups:
-            state.incr(crawl_id, duplicates=dups)
-            reqs = [r for r, k in zip(reqs, known, strict=True) if not k or r.dont_filter]
+    if options.dedupe == "set" and reqs:  # most links are known: drop them before serialising
+        reqs = drop_known(state, crawl_id, reqs)
     for r in reqs:  # the ticket names this scheduling of the URL in the counters and leases
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
     verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
@@ -96,8 +92,54 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
                               [(r.ticket, json.dumps(r.to_dict())) for r in reqs],
                               QUEUED_LEASES * options.lease_time)
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
+    if options.dedupe == "set":
+        KNOWN.add(crawl_id, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
     dispatch(crawl_id, fresh, options.batch_size, send)
     return len(fresh)
+
+
+class KnownSeen:
+    """Fingerprints this process knows to be in a crawl's seen-set. The set only grows (a crawl id
+    is never reused for another crawl), so a link to one of them is a duplicate without asking
+    Redis: most links of a page are known, and most of those this process met before. Bounded:
+    all is forgotten when full."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._by_crawl: dict[str, set[str]] = {}
+        self._size = 0
+
+    def of(self, crawl_id: str) -> set[str]:
+        return self._by_crawl.get(crawl_id, set())
+
+    def add(self, crawl_id: str, fps: Iterable[str]) -> None:
+        known = self._by_crawl.setdefault(crawl_id, set())
+        before = len(known)
+        known.update(fps)
+        self._size += len(known) - before
+        if self._size > self.limit:
+            self._by_crawl.clear()
+            self._size = 0
+
+
+KNOWN = KnownSeen()
+
+
+def drop_known(state: RedisState, crawl_id: str, reqs: list[Request]) -> list[Request]:
+    """Requests without the ones whose fingerprint is already seen (counted as duplicates):
+    first against what this process knows, then the rest in one SMISMEMBER."""
+    known = KNOWN.of(crawl_id)
+    unknown = [r for r in reqs if r.dont_filter or r.fp not in known]
+    dups = len(reqs) - len(unknown)
+    if len(unknown) > 1:  # one new link alone is settled by the schedule script itself
+        seen = state.seen_already(crawl_id, [r.fp for r in unknown])
+        KNOWN.add(crawl_id, [r.fp for r, s in zip(unknown, seen, strict=True) if s])
+        kept = [r for r, s in zip(unknown, seen, strict=True) if not s or r.dont_filter]
+        dups += len(unknown) - len(kept)
+        unknown = kept
+    if dups:
+        state.incr(crawl_id, duplicates=dups)
+    return unknown
 
 
 def bloom_of(state: RedisState, crawl_id: str, options: CrawlOptions) -> BloomFilter | None:

@@ -157,23 +157,25 @@ return 1
 
 # KEYS: host slots, host next, host backoff. ARGV: limit, delay_ms, lease_ms, tokens...
 # Grants free slots to as many tokens as it can (one at most when the host has a delay).
-# Returns {slots granted, milliseconds to wait before asking again when none was}.
+# Returns {slots granted, milliseconds to wait before asking again when none was, the host's
+# back-off in ms (so that a worker reports good answers only to a host that is backed off)}.
 ACQUIRE_HOST = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local extra = tonumber(redis.call('GET', KEYS[3]) or '0')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-if nxt > now then return {0, nxt - now} end
+if nxt > now then return {0, nxt - now, extra} end
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
-if free <= 0 then return {0, 25} end
-local delay = tonumber(ARGV[2]) + tonumber(redis.call('GET', KEYS[3]) or '0')
+if free <= 0 then return {0, 25, extra} end
+local delay = tonumber(ARGV[2]) + extra
 local n = math.min(free, #ARGV - 3)
 if delay > 0 then n = 1 end
 local lease = tonumber(ARGV[3])
 for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[3 + i]) end
 redis.call('PEXPIRE', KEYS[1], lease)
 if delay > 0 then redis.call('SET', KEYS[2], now + delay, 'PX', delay) end
-return {n, 0}
+return {n, 0, extra}
 """
 
 # KEYS: host next, host backoff. ARGV: "slow" with a wait in ms (Retry-After or 0), or "ok".

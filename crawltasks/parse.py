@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import lxml.html
 from lxml import etree
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
 from .urls import join
 
@@ -31,9 +31,16 @@ def is_html(content_type: str | None, body: bytes) -> bool:
 
 
 def detect_encoding(content_type: str | None, body: bytes) -> str:
-    """Encoding from BOM, Content-Type charset or <meta>, falling back to UTF-8 (w3lib's rules)."""
-    encoding, _ = html_to_unicode(content_type or "", body[:4096])
-    return encoding
+    """Encoding from BOM, Content-Type charset or <meta>, falling back to UTF-8: the order of
+    w3lib's ``html_to_unicode``, without decoding anything (lxml decodes the document once)."""
+    head = body[:4096]
+    bom_encoding, _ = read_bom(head)
+    if bom_encoding is not None:
+        return bom_encoding
+    encoding = http_content_type_encoding(content_type or "") or html_body_declared_encoding(head)
+    if encoding is None:
+        return "utf8"  # w3lib's default, spelt as it spells it
+    return encoding + "-be" if encoding in ("utf-16", "utf-32") else encoding
 
 
 @lru_cache(maxsize=32)
@@ -61,7 +68,9 @@ def parse_tree(body: bytes, encoding: str) -> etree._Element | None:
 def title_of(tree: etree._Element | None) -> str | None:
     if tree is None:
         return None
-    node = tree.find(".//title")
+    node = tree.find("head/title")  # the first in document order when there; else search it all
+    if node is None:
+        node = tree.find(".//title")
     if node is None:
         return None
     text = _WS.sub(" ", "".join(node.itertext())).strip()
@@ -84,13 +93,15 @@ def extract_links(tree: etree._Element | None, url: str, base: str | None = None
         return []
     base = base or base_url(tree, url)
     seen: set[str] = set()
+    hrefs_met: set[str] = set()  # a page repeats its hrefs (menus, sidebars): each is resolved once
     links: list[str] = []
     for anchor in tree.iter("a"):
         href = anchor.get("href")
-        if not href:
+        if not href or href in hrefs_met:
             continue
+        hrefs_met.add(href)
         href = href.strip()
-        if not href or href.startswith("#") or href.lower().replace(" ", "").startswith(SKIPPED_SCHEMES):
+        if not href or href[0] == "#" or (":" in href and href.lower().replace(" ", "").startswith(SKIPPED_SCHEMES)):
             continue
         absolute = join(base, href)
         if absolute is None:  # unresolvable (e.g. "http://[::1"): passed on so it fails once, on record

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import logs
 from .fetch import fetch_one
 from .models import Fetched, Request
-from .redisstate import RedisState
+from .redisstate import RedisState, SlotRequest
 from .settings import CrawlOptions
 from .urls import host_key
 
@@ -52,32 +52,50 @@ class HostGate:
                  crawl_id: str | None = None) -> None:
         self.state = state
         self.crawl_id = crawl_id
+        self.backed_off: dict[str, bool] = {}  # as of the last answer from Redis about the host
         self.options = options
         self.crawl_delay = crawl_delay  # callable(host) -> robots.txt Crawl-delay seconds or None
 
-    def acquire(self, host: str, want: int = 1) -> tuple[list[str], float]:
-        """Up to ``want`` slots of host: (tokens, seconds to wait when none was granted)."""
+    def slot_request(self, host: str, want: int) -> SlotRequest:
+        """What to ask for: up to ``want`` slots of host under its limits, robots.txt Crawl-delay included."""
         limits = limits_for(host, self.options)
         delay = limits.delay + (random.uniform(0, limits.random_delay) if limits.random_delay else 0.0)
         robots_delay = self.crawl_delay(host) if self.crawl_delay else None
         if robots_delay:
             delay = max(delay, robots_delay)
-        return self.state.acquire_slots(host, want, limits.concurrency, delay, lease=self.options.timeout + 30)
+        return SlotRequest(host, want, limits.concurrency, delay, lease=self.options.timeout + 30)
+
+    def exchange(self, release: list[tuple[str, str]], wants: dict[str, int]) -> dict[str, tuple[list[str], float]]:
+        """Give back (host, token) slots and take up to ``wants[host]`` new ones, in one round trip:
+        host -> (tokens granted, seconds to wait when none was)."""
+        asks = [self.slot_request(host, n) for host, n in wants.items()]
+        out = {}
+        for ask, (tokens, wait_s, extra) in zip(asks, self.state.exchange_slots(release, asks), strict=True):
+            self.backed_off[ask.host] = extra > 0
+            out[ask.host] = (tokens, wait_s)
+        return out
+
+    def acquire(self, host: str, want: int = 1) -> tuple[list[str], float]:
+        """Up to ``want`` slots of host: (tokens, seconds to wait when none was granted)."""
+        return self.exchange([], {host: want})[host]
 
     def release(self, slots: list[tuple[str, str]]) -> None:
         """Give back (host, token) slots."""
-        self.state.release_slots(slots)
+        if slots:
+            self.state.release_slots(slots)
 
     def feedback(self, host: str, result: Fetched) -> None:
-        """429 and 503 slow the host down for every worker, honouring Retry-After."""
+        """429 and 503 slow the host down for every worker, honouring Retry-After; good answers
+        shorten a back-off (only hosts that have one are told, sampled: one call per few pages)."""
         if result.status in SLOW_STATUSES:
             # a hostile Retry-After (an hour, a date years ahead) holds the host no longer than this
             hold = min(result.retry_after or 0.0, self.options.max_retry_after)
             extra = self.state.host_feedback(host, slow=True, wait=hold)
+            self.backed_off[host] = True
             logs.host_backoff(self.crawl_id, host, max(extra, hold), f"http_{result.status}",
                               result.request.url)
-        elif result.ok and random.random() < 0.2:
-            self.state.host_feedback(host, slow=False)  # sampled: recovery needs no call per page
+        elif result.ok and self.backed_off.get(host, True) and random.random() < 0.2:
+            self.backed_off[host] = self.state.host_feedback(host, slow=False) > 0
 
 
 @dataclass
@@ -101,7 +119,8 @@ def http_pool() -> ThreadPoolExecutor:
 def fetch_batch(gate: HostGate, requests_: list[Request], options: CrawlOptions,
                 max_gate_wait: float = MAX_GATE_WAIT) -> BatchResult:
     """Fetch a batch concurrently (up to ``fetch_threads`` at once), each request under a shared slot
-    of its host. Slots are taken per host and given back per round, in one Redis call each.
+    of its host. Each round gives back the slots of the answers just in and asks for new ones in
+    one Redis round trip.
 
     Requests whose host stays busy past ``max_gate_wait`` are returned as deferred, so the
     worker slot is not held asleep waiting for a slow or throttled host.
@@ -111,38 +130,48 @@ def fetch_batch(gate: HostGate, requests_: list[Request], options: CrawlOptions,
     results: list[tuple[Fetched, bytes | None]] = []
     gate_deadline = time.monotonic() + max_gate_wait
     running: dict[Future, tuple[str, str]] = {}
+    done_slots: list[tuple[str, str]] = []  # given back with the next request for slots
     min_wait = 0.0
     try:
         while waiting or running:
             room = options.fetch_threads - len(running)
-            if waiting and room > 0 and time.monotonic() < gate_deadline:
+            asking = bool(waiting) and room > 0 and time.monotonic() < gate_deadline
+            if asking:
                 by_host: dict[str, list[Request]] = {}
                 for req in waiting:
                     by_host.setdefault(host_key(req.url), []).append(req)
+                wants = {}
+                for host, reqs in by_host.items():
+                    if room > 0:
+                        wants[host] = min(len(reqs), room)
+                        room -= wants[host]
+                granted = gate.exchange(done_slots, wants)
+                done_slots = []
                 waiting, waits = [], []
                 for host, reqs in by_host.items():
-                    tokens, wait_s = gate.acquire(host, min(len(reqs), room)) if room > 0 else ([], 0.0)
+                    tokens, wait_s = granted.get(host, ([], 0.0))
                     for req, token in zip(reqs, tokens, strict=False):
                         running[pool.submit(fetch_one, req, options)] = (host, token)
-                    room -= len(tokens)
                     waiting.extend(reqs[len(tokens):])
                     if not tokens and wait_s:
                         waits.append(wait_s)
                 min_wait = min(waits) if waits else min_wait
-            elif waiting and not running and time.monotonic() >= gate_deadline:
+            elif done_slots:  # nobody asks for slots this round: give them back now
+                gate.release(done_slots)
+                done_slots = []
+            if not asking and waiting and not running and time.monotonic() >= gate_deadline:
                 break
             if running:
                 pause = min(max(min_wait, 0.01), 0.25) if waiting else None
                 done, _ = wait(list(running), timeout=pause, return_when=FIRST_COMPLETED)
-                slots = [running.pop(f) for f in done]
-                gate.release(slots)
-                for f, (host, _token) in zip(done, slots, strict=True):
+                for f in done:
+                    host, token = running.pop(f)
+                    done_slots.append((host, token))
                     fetched, body = f.result()
                     gate.feedback(host, fetched)
                     results.append((fetched, body))
             elif waiting:
                 time.sleep(min(max(min_wait, 0.01), 0.25, max(0.0, gate_deadline - time.monotonic()) + 0.01))
-    finally:
-        if running:  # only on an error: do not hold the hosts' slots until the leases expire
-            gate.release(list(running.values()))
+    finally:  # the last answers' slots, and on an error the running ones: not held until leases expire
+        gate.release(done_slots + list(running.values()))
     return BatchResult(fetched=results, deferred=waiting, wait=min_wait)

@@ -14,6 +14,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -115,6 +116,17 @@ class Keys:
     @staticmethod
     def visited(spider: str) -> str:  # hash fp -> last stored time, across crawls (visit_ttl)
         return f"{PREFIX}:visited:{spider}"
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """Up to ``want`` slots of ``host`` under its limits (see ``RedisState.exchange_slots``)."""
+
+    host: str
+    want: int
+    limit: int
+    delay: float
+    lease: float = 120.0
 
 
 class RedisState:
@@ -319,12 +331,8 @@ class RedisState:
     def acquire_slots(self, host: str, want: int, limit: int, delay: float,
                       lease: float = 120.0) -> tuple[list[str], float]:
         """Take up to ``want`` of host's slots in one call: (tokens granted, seconds to wait if none)."""
-        tokens = [_token() for _ in range(max(1, want))]
-        granted, wait_ms = self._acquire_host(
-            keys=[Keys.host_slots(host), Keys.host_next(host), Keys.host_backoff(host)],
-            args=[limit, int(delay * 1000), int(lease * 1000), *tokens],
-        )
-        return tokens[:int(granted)], int(wait_ms) / 1000.0
+        [(tokens, wait, _)] = self.exchange_slots([], [SlotRequest(host, want, limit, delay, lease)])
+        return tokens, wait
 
     def acquire_host(self, host: str, limit: int, delay: float, lease: float = 120.0) -> tuple[str | None, float]:
         """Try to take one of host's slots. Returns (token, 0) on success, else (None, seconds to wait)."""
@@ -336,12 +344,34 @@ class RedisState:
 
     def release_slots(self, slots: Iterable[tuple[str, str]]) -> None:
         """Give back (host, token) slots in one round trip."""
-        slots = list(slots)
-        if slots:
+        self.exchange_slots(list(slots), [])
+
+    def exchange_slots(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
+                       ) -> list[tuple[list[str], float, float]]:
+        """Give back (host, token) slots and ask for new ones, all in one round trip. For each request:
+        (tokens granted, seconds to wait when none was, the host's back-off in seconds)."""
+        if not release and not requests:
+            return []
+        asks = [(req, [_token() for _ in range(max(1, req.want))]) for req in requests]
+        for attempt in (1, 2):
             pipe = self.r.pipeline(transaction=False)
-            for host, token in slots:
+            for host, token in release:
                 pipe.zrem(Keys.host_slots(host), token)
-            pipe.execute()
+            for req, tokens in asks:  # EVALSHA by hand: a pipelined Script call costs a SCRIPT EXISTS
+                pipe.evalsha(self._acquire_host.sha, 3, Keys.host_slots(req.host), Keys.host_next(req.host),
+                             Keys.host_backoff(req.host), req.limit, int(req.delay * 1000),
+                             int(req.lease * 1000), *tokens)
+            try:
+                replies = pipe.execute()
+                break
+            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis: load it, ask again
+                if attempt == 2:
+                    raise
+                self.r.script_load(lua.ACQUIRE_HOST)
+        out = []
+        for (_, tokens), (granted, wait_ms, extra_ms) in zip(asks, replies[len(release):], strict=True):
+            out.append((tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0))
+        return out
 
     def host_feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
         """Tell the host's shared state how it answered; returns its extra delay in seconds."""
@@ -365,7 +395,7 @@ class RedisState:
 
     # --- housekeeping ---------------------------------------------------------------------------
     def delete_crawl(self, crawl_id: str) -> None:
-        """Remove every key of a crawl (tests and `crawltasks forget`)."""
+        """Remove every key of a crawl (tests; crawl ids are not reused for another crawl)."""
         keys = list(self.r.scan_iter(match=f"{PREFIX}:{{{crawl_id}}}:*", count=1000))
         if keys:
             self.r.delete(*keys)

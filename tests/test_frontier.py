@@ -44,3 +44,35 @@ def test_backoff_grows_honours_retry_after_and_stays_under_the_cap():
     assert backoff(20, opts) == 30.0
     assert backoff(0, opts, retry_after=12) >= 12
     assert backoff(0, opts, retry_after=3600) == 30.0
+
+
+def test_known_links_are_dropped_without_asking_redis_again(redis_url):
+    """Links this process saw scheduled are duplicates at once; counters stay exact."""
+    import uuid
+
+    from crawltasks.frontier import KNOWN, schedule
+    from crawltasks.redisstate import RedisState
+
+    state = RedisState.from_url(redis_url)
+    crawl_id = f"known-{uuid.uuid4().hex[:8]}"
+    opts = CrawlOptions(batch_size=100)
+    state.create_crawl(crawl_id, opts.to_dict(), ["http://k.test/"])
+    asked: list[int] = []
+    real = state.seen_already
+    state.seen_already = lambda cid, fps: asked.append(len(fps)) or real(cid, fps)
+    sent: list[int] = []
+    send = lambda cid, prio, batch, cd: sent.append(len(batch))  # noqa: E731
+    links = [Request(f"http://k.test/{i}") for i in range(30)]
+    assert schedule(state, crawl_id, links, opts, send) == 30
+    again = [Request(f"http://k.test/{i}") for i in range(40)]  # 30 known, 10 new
+    assert schedule(state, crawl_id, again, opts, send) == 10
+    assert asked == [30, 10]  # the second time only the 10 unknown ones went to Redis
+    assert state.stats(crawl_id)["duplicates"] == 30 and sent == [30, 10]
+    KNOWN.limit, saved = 5, KNOWN.limit  # past the bound everything is forgotten, never wrongly kept
+    try:
+        KNOWN.add(crawl_id, ["x"])
+        assert KNOWN.of(crawl_id) == set()
+    finally:
+        KNOWN.limit = saved
+    state.delete_crawl(crawl_id)
+    state.r.close()

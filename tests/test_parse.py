@@ -1,3 +1,6 @@
+import pytest
+from w3lib.encoding import html_to_unicode
+
 from crawltasks.models import Request
 from crawltasks.parse import detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
 from crawltasks.spiders import Response
@@ -58,3 +61,17 @@ def test_response_follow_and_lazy_soup():
     assert (follow.url, follow.depth, follow.priority, follow.meta, follow.referer) == (
         "http://s.com/a/x", 3, "high", {"k": 1}, "http://s.com/a/")
     assert [r.url for r in resp.follow_all()] == ["http://s.com/a/x"]
+
+
+@pytest.mark.parametrize(("content_type", "body"), [
+    ("text/html; charset=ISO-8859-1", b"<html><head><meta charset='utf-8'></head></html>"),
+    ("text/html", b"<html><head><meta http-equiv='Content-Type' content='text/html; charset=koi8-r'></head></html>"),
+    ("text/html", b"\xef\xbb\xbf<html>bom wins</html>"),
+    ("text/html; charset=utf-8", b"\xff\xfe<\x00h\x00"),
+    ("text/html; charset=utf-16", b"<html></html>"),
+    ("text/html; charset=no-such-codec", b"<meta charset='windows-1251'>"),
+    (None, b"<html>nothing declared</html>"),
+    ("text/html; charset=latin1", b""),
+])
+def test_encoding_is_chosen_as_w3lib_chooses_it(content_type, body):
+    assert detect_encoding(content_type, body) == html_to_unicode(content_type or "", body)[0]

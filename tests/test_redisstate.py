@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from crawltasks.redisstate import RedisState
+from crawltasks.redisstate import RedisState, SlotRequest
 
 
 @pytest.fixture
@@ -82,6 +82,26 @@ def test_host_gate_limits_parallelism_and_spaces_requests(state):
     first, _ = state.acquire_host(other, limit=5, delay=10)
     second, wait = state.acquire_host(other, limit=5, delay=10)
     assert first and second is None and 9 < wait <= 10
+
+
+def test_one_round_trip_gives_back_and_takes_slots_for_several_hosts(state):
+    a, b = (f"h-{uuid.uuid4().hex[:6]}:80" for _ in range(2))
+    [(held, _, extra)] = state.exchange_slots([], [SlotRequest(a, 3, limit=2, delay=0)])
+    assert len(held) == 2 and extra == 0
+    # Give one of a's slots back while asking for two of a's and one of b's, all at once.
+    asks = [SlotRequest(a, 2, limit=2, delay=0), SlotRequest(b, 1, limit=1, delay=0)]
+    got = state.exchange_slots([(a, held[0])], asks)
+    assert [len(tokens) for tokens, _, _ in got] == [1, 1]
+    state.host_feedback(b, slow=True)
+    [(none, wait, extra)] = state.exchange_slots([], [SlotRequest(b, 1, limit=5, delay=0)])
+    assert none == [] and wait > 0 and extra >= 1.0  # a backed-off host says so
+
+
+def test_the_gate_survives_a_script_flush(state):
+    host = f"h-{uuid.uuid4().hex[:6]}:80"
+    state.r.script_flush()  # a restarted Redis has no scripts loaded
+    tokens, _ = state.acquire_slots(host, 2, limit=2, delay=0)
+    assert len(tokens) == 2
 
 
 def test_expired_leases_free_their_slot(state):
