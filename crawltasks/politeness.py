@@ -9,8 +9,9 @@ import os
 import random
 import re
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from queue import Empty, SimpleQueue
 
 from . import logs
 from .fetch import fetch_one
@@ -98,6 +99,14 @@ class HostGate:
             self.backed_off[host] = self.state.host_feedback(host, slow=False) > 0
 
 
+def _fetch_into(answers: SimpleQueue, req: Request, host: str, token: str, options: CrawlOptions) -> None:
+    """On a pool thread: fetch, and hand the answer to the batch's queue (one wake-up per answer)."""
+    try:
+        answers.put((host, token, fetch_one(req, options)))
+    except BaseException as exc:  # noqa: BLE001 - fetch_one never raises; if it does, the batch re-raises
+        answers.put((host, token, exc))
+
+
 @dataclass
 class BatchResult:
     fetched: list[tuple[Fetched, bytes | None]]
@@ -119,59 +128,66 @@ def http_pool() -> ThreadPoolExecutor:
 def fetch_batch(gate: HostGate, requests_: list[Request], options: CrawlOptions,
                 max_gate_wait: float = MAX_GATE_WAIT) -> BatchResult:
     """Fetch a batch concurrently (up to ``fetch_threads`` at once), each request under a shared slot
-    of its host. Each round gives back the slots of the answers just in and asks for new ones in
-    one Redis round trip.
+    of its host.
 
-    Requests whose host stays busy past ``max_gate_wait`` are returned as deferred, so the
-    worker slot is not held asleep waiting for a slow or throttled host.
+    Slots are asked for the whole batch at once, as many as each host grants, and given back when
+    slots are asked for again or the batch is done: one Redis round trip per round, not per request.
+    Holding a slot a little longer than its request only ever lowers a host's concurrency. Requests
+    whose host stays busy past ``max_gate_wait`` are returned as deferred, so the worker slot is not
+    held asleep waiting for a slow or throttled host.
     """
     pool = http_pool()
-    waiting = list(requests_)
+    waiting = list(requests_)  # no slot yet
+    ready: list[tuple[Request, str, str]] = []  # (request, host, token): a slot, waiting for a thread
+    running: set[tuple[str, str]] = set()  # (host, token) of the requests on a thread
+    answers: SimpleQueue = SimpleQueue()  # (host, token, (Fetched, body) or the error), as they finish
     results: list[tuple[Fetched, bytes | None]] = []
     gate_deadline = time.monotonic() + max_gate_wait
-    running: dict[Future, tuple[str, str]] = {}
     done_slots: list[tuple[str, str]] = []  # given back with the next request for slots
     min_wait = 0.0
     try:
-        while waiting or running:
-            room = options.fetch_threads - len(running)
-            asking = bool(waiting) and room > 0 and time.monotonic() < gate_deadline
+        while waiting or ready or running:
+            asking = bool(waiting) and not ready and time.monotonic() < gate_deadline
             if asking:
                 by_host: dict[str, list[Request]] = {}
                 for req in waiting:
                     by_host.setdefault(host_key(req.url), []).append(req)
-                wants = {}
-                for host, reqs in by_host.items():
-                    if room > 0:
-                        wants[host] = min(len(reqs), room)
-                        room -= wants[host]
-                granted = gate.exchange(done_slots, wants)
+                granted = gate.exchange(done_slots, {host: len(reqs) for host, reqs in by_host.items()})
                 done_slots = []
                 waiting, waits = [], []
                 for host, reqs in by_host.items():
-                    tokens, wait_s = granted.get(host, ([], 0.0))
-                    for req, token in zip(reqs, tokens, strict=False):
-                        running[pool.submit(fetch_one, req, options)] = (host, token)
+                    tokens, wait_s = granted[host]
+                    ready.extend((req, host, token) for req, token in zip(reqs, tokens, strict=False))
                     waiting.extend(reqs[len(tokens):])
                     if not tokens and wait_s:
                         waits.append(wait_s)
                 min_wait = min(waits) if waits else min_wait
-            elif done_slots:  # nobody asks for slots this round: give them back now
+            elif done_slots and not ready:  # nothing to ask for (or too late to): give them back now
                 gate.release(done_slots)
                 done_slots = []
-            if not asking and waiting and not running and time.monotonic() >= gate_deadline:
-                break
-            if running:
-                pause = min(max(min_wait, 0.01), 0.25) if waiting else None
-                done, _ = wait(list(running), timeout=pause, return_when=FIRST_COMPLETED)
-                for f in done:
-                    host, token = running.pop(f)
-                    done_slots.append((host, token))
-                    fetched, body = f.result()
-                    gate.feedback(host, fetched)
-                    results.append((fetched, body))
-            elif waiting:
+            while ready and len(running) < options.fetch_threads:
+                req, host, token = ready.pop(0)
+                running.add((host, token))
+                pool.submit(_fetch_into, answers, req, host, token, options)
+            if not running:
+                if not waiting or time.monotonic() >= gate_deadline:
+                    break
                 time.sleep(min(max(min_wait, 0.01), 0.25, max(0.0, gate_deadline - time.monotonic()) + 0.01))
-    finally:  # the last answers' slots, and on an error the running ones: not held until leases expire
-        gate.release(done_slots + list(running.values()))
+                continue
+            arrived = []
+            try:  # the first answer (waiting at most until busy hosts may be asked again), then all in
+                arrived.append(answers.get(timeout=min(max(min_wait, 0.01), 0.25) if waiting and not ready else None))
+                while True:
+                    arrived.append(answers.get_nowait())
+            except Empty:
+                pass
+            for host, token, outcome in arrived:
+                running.discard((host, token))
+                done_slots.append((host, token))
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                gate.feedback(host, outcome[0])
+                results.append(outcome)
+    finally:  # slots still held (on an error, also the running and ready ones): not held until leases expire
+        gate.release(done_slots + list(running) + [(host, token) for _, host, token in ready])
     return BatchResult(fetched=results, deferred=waiting, wait=min_wait)
