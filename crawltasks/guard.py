@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -69,13 +70,40 @@ def _norm_host(host: str) -> str:
     return host.strip().lower().rstrip(".").strip("[]")
 
 
-def system_resolver(host: str, port: int) -> list[str]:
+def getaddrinfo_resolver(host: str, port: int) -> list[str]:
     """Every address the system resolver gives for host (IPv4 and IPv6)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError) as exc:
         raise ResolutionFailed(f"cannot resolve {host!r}: {exc}") from None
     return [info[4][0] for info in infos]
+
+
+class CachedResolver:
+    """A resolver that remembers answers for ``ttl`` seconds (failures are not remembered).
+
+    Without it every request of a crawl costs a DNS lookup before its connection is even looked at
+    (the system resolver caches nothing), while requests reuses kept-alive connections. The check
+    stays as strong: an address is checked whenever it is used, only not looked up again each time.
+    """
+
+    def __init__(self, resolve: Resolver = getaddrinfo_resolver, ttl: float = 60.0, size: int = 4096) -> None:
+        self.resolve, self.ttl, self.size = resolve, ttl, size
+        self._answers: dict[tuple[str, int], tuple[float, list[str]]] = {}
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        key, now = (host, port), time.monotonic()
+        known = self._answers.get(key)
+        if known is not None and known[0] > now:
+            return known[1]
+        addresses = self.resolve(host, port)
+        if len(self._answers) >= self.size:
+            self._answers.clear()
+        self._answers[key] = (now + self.ttl, addresses)
+        return addresses
+
+
+system_resolver = CachedResolver()
 
 
 def non_public_reason(addr: Address) -> str | None:

@@ -156,3 +156,30 @@ def test_a_crawl_reaches_its_own_private_host_only(connects, site):
     everything = CrawlOptions(timeout=5, allow_private=True)
     assert fetch_one(Request(url=site.url("/")), everything)[0].ok
     assert {a[0] for a in connects} == {"127.0.0.1"}
+
+
+def test_resolutions_are_remembered_for_a_while_but_failures_are_not():
+    from crawltasks.guard import CachedResolver
+
+    calls = []
+
+    def counting(host, port):
+        calls.append(host)
+        return fake_resolver(host, port)
+
+    resolve = CachedResolver(counting, ttl=0.2)
+    assert resolve("public.example", 80) == resolve("public.example", 80) == FAKE_DNS["public.example"]
+    assert calls == ["public.example"]
+    for _ in range(2):
+        with pytest.raises(ResolutionFailed):
+            resolve("nowhere.example", 80)
+    assert calls.count("nowhere.example") == 2
+    import time
+
+    time.sleep(0.25)
+    resolve("public.example", 80)
+    assert calls.count("public.example") == 2
+    # The guard's decision is the same through the cache: a private answer is refused every time.
+    for _ in range(2):
+        with pytest.raises(Refused):
+            check_url("http://internal.example/", STRICT, resolve)
