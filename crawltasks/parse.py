@@ -103,7 +103,7 @@ def extract_links(tree: etree._Element | None, url: str, base: str | None = None
         href = href.strip()
         if not href or href[0] == "#" or (":" in href and href.lower().replace(" ", "").startswith(SKIPPED_SCHEMES)):
             continue
-        absolute = join(base, href)
+        absolute = join(base, href.split("#", 1)[0] if "#" in href else href)  # a fragment changes nothing
         if absolute is None:  # unresolvable (e.g. "http://[::1"): passed on so it fails once, on record
             absolute = href
         absolute = absolute.split("#", 1)[0]

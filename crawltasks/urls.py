@@ -93,6 +93,9 @@ def raw_fingerprint(url: str, method: str = "GET") -> str:
 @lru_cache(maxsize=32_768)
 def host_of(url: str) -> str:
     """Lowercase host name of a URL ('' if it has none)."""
+    plain = _PLAIN.fullmatch(url)  # most URLs here are canonical: no full parse for them
+    if plain is not None:
+        return plain.group(2)
     try:
         return (urlsplit(url).hostname or "").lower()
     except ValueError:
@@ -102,6 +105,9 @@ def host_of(url: str) -> str:
 @lru_cache(maxsize=32_768)
 def host_key(url: str) -> str:
     """Host and port: the unit that politeness limits apply to."""
+    plain = _PLAIN.fullmatch(url)
+    if plain is not None and (plain.group(3) is None or int(plain.group(3)) <= 65535):
+        return f"{plain.group(2)}:{plain.group(3) or DEFAULT_PORTS[plain.group(1)]}"
     try:
         parts = urlsplit(url)
         port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
@@ -122,9 +128,9 @@ def in_domains(host: str, domains: Iterable[str]) -> bool:
 
 # A root-relative reference whose path and query urljoin leaves as they are ("/docs/a?page=2").
 _SIMPLE_ROOT = re.compile(r"/[A-Za-z0-9._~/%-]*(?:\?[A-Za-z0-9._~/=&%+,:@-]+)?")
-# A relative reference that only appends to the base's directory: no scheme, query, fragment,
-# dot segment or backslash ("page.html", "docs/intro", "./next").
-_SIMPLE_RELATIVE = re.compile(r"(?:\./)*([A-Za-z0-9_~-][A-Za-z0-9._~/-]*)")
+# A relative reference to the base's directory or one of its parents: no scheme, query,
+# fragment, backslash or dot segment but leading ones ("page.html", "./next", "../../docs/intro").
+_SIMPLE_RELATIVE = re.compile(r"(?:\./)*((?:\.\./)*)([A-Za-z0-9_~-][A-Za-z0-9._~/-]*)")
 
 
 def join(base: str, href: str) -> str | None:
@@ -138,10 +144,10 @@ def join(base: str, href: str) -> str | None:
                 return origin + href
     else:
         m = _SIMPLE_RELATIVE.fullmatch(href)
-        if m is not None and "/." not in href[m.start(1):] and "//" not in href:  # urljoin folds "//"
+        if m is not None and "/." not in m.group(2) and "//" not in href:  # urljoin folds "//"
             directory = _directory(base)
             if directory:
-                return directory + m.group(1)
+                return _up(directory, len(m.group(1)) // 3) + m.group(2)
     try:
         return urljoin(base, href)
     except ValueError:
@@ -158,6 +164,15 @@ def _directory(base: str) -> str | None:
     if "//" in path or "/." in path:  # urljoin would rewrite these segments
         return None
     return origin + path[:path.rfind("/") + 1] if path else origin + "/"
+
+
+def _up(directory: str, levels: int) -> str:
+    """scheme://netloc/dir/ raised by ``levels`` "../" (never above the root, as urljoin does)."""
+    if not levels:
+        return directory
+    start = directory.index("/", directory.index("://") + 3)
+    kept = directory[start:].strip("/").split("/")[:-levels] if directory[start:] != "/" else []
+    return directory[:start] + "/" + "".join(segment + "/" for segment in kept)
 
 
 @lru_cache(maxsize=4096)

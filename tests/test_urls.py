@@ -60,7 +60,7 @@ def test_the_fast_paths_agree_with_the_full_ones():
     """Plain URLs and simple relative links skip w3lib and urljoin; on anything they accept, the
     result must be what the full code gives (thousands of generated spellings, edge cases favoured)."""
     import random
-    from urllib.parse import urljoin
+    from urllib.parse import urljoin, urlsplit
 
     from crawltasks import urls
 
@@ -87,10 +87,20 @@ def test_the_fast_paths_agree_with_the_full_ones():
                    "//", "mailto:", "http://o/"]
     fast_join = 0
     for base in bases:
-        for href in _spellings(rng, href_pieces, 400, 5):
+        for href in _spellings(rng, href_pieces, 400, 5) + ["../" + h for h in _spellings(rng, href_pieces, 100, 4)]:
             want = urljoin(base, href.strip())
             got = urls.join(base, href)
             if got != want:
                 raise AssertionError(f"join({base!r}, {href!r}) = {got!r}, urljoin gives {want!r}")
             fast_join += urls._directory(base) is not None and urls._SIMPLE_RELATIVE.fullmatch(href.strip()) is not None
     assert fast_join > 200
+
+    for host in hosts:
+        for port in ports:
+            url = f"http://{host}{port}/p"
+            try:
+                parts = urlsplit(url)
+                want = ((parts.hostname or "").lower(), f"{(parts.hostname or '').lower()}:{parts.port or 80}")
+            except ValueError:
+                want = ((parts.hostname or "").lower(), "")
+            assert (urls.host_of(url), urls.host_key(url)) == want, url
