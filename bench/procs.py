@@ -7,6 +7,7 @@ runs the Celery worker; its redis-server and SecantusDB children are reported ap
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from crawltasks.embedded import MongoProcess
+from crawltasks.embedded import MongoProcess, stop_process
 
 from .serve import free_port, wait_port
 
@@ -67,6 +68,8 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
                         times = p.cpu_times()
                     except psutil.Error:
                         continue
+                    if name is None:  # exiting: its command line is gone, its last sample stands
+                        continue
                     total += rss
                     cpu[p.pid] = (name, times.user + times.system)
                     by_name[name] = max(by_name.get(name, 0), rss)
@@ -90,10 +93,12 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
                      {k: round(v / MB, 1) for k, v in by_name.items()}, cpu_by_name, stdout, stderr)
 
 
-def _label(p: psutil.Process) -> str:
-    """A short name for a process: the executable, or the Python module it runs."""
+def _label(p: psutil.Process) -> str | None:
+    """A short name for a process: the executable, or the Python module it runs (None if exiting)."""
     cmd = p.cmdline()
-    name = Path(cmd[0]).name if cmd else p.name()
+    if not cmd:
+        return None
+    name = Path(cmd[0]).name
     if "python" in name and "-m" in cmd:
         name = cmd[cmd.index("-m") + 1]
     return name
@@ -128,16 +133,9 @@ class PrivateRedis:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            try:
-                c = self.client()
-                c.shutdown(nosave=True)
-            except redis.RedisError:
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            with contextlib.suppress(redis.RedisError):  # gone already is fine
+                self.client().shutdown(nosave=True)
+            stop_process(self.proc, 10, signal_=None)
             self.proc = None
 
 

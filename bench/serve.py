@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from crawltasks.embedded import free_port
+from crawltasks.embedded import free_port, stop_process
 
 NGINX_CONF = """\
 {user}worker_processes 1;
@@ -111,13 +111,8 @@ class StaticServer:
         wait_port(self.port, proc=self.proc)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT if self.kind == "nginx" else signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:  # nginx finishes its requests on SIGQUIT
+            stop_process(self.proc, 10, signal.SIGQUIT if self.kind == "nginx" else signal.SIGTERM)
         self.proc = None
 
     def log_mark(self) -> int:

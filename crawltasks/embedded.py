@@ -112,6 +112,17 @@ class EmbeddedServices:
             shutil.rmtree(server.redis_dir, ignore_errors=True)
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 15, signal_: int | None = signal.SIGTERM) -> None:
+    """Ask a child to exit (``signal_``; None when it was asked already), wait, and kill it if it hangs."""
+    if signal_ is not None and proc.poll() is None:
+        proc.send_signal(signal_)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
@@ -189,12 +200,7 @@ class MongoProcess:
     def stop(self, timeout: float = 15) -> None:
         """A clean shutdown (the store closes its files), killed only if it hangs."""
         if self.proc is not None:
-            self.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, timeout)
             self.proc = None
 
 
@@ -284,11 +290,7 @@ class ChildWorkers:
         """Wait for the processes to exit; kill those that are still there after ``timeout``."""
         deadline = time.monotonic() + timeout
         for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, max(0.1, deadline - time.monotonic()), signal_=None)
 
 
 def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:

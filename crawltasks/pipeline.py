@@ -2,7 +2,7 @@
 
 fetch_stage  -> results to parse; retries, deferrals (busy hosts) and parked batches (paused crawl)
 parse_stage  -> {"crawl_id", "pages", "items", "records", "skipped", "body_keys"}; follow-ups scheduled
-store_stage  -> bulk upserts, then the tickets are finished in Redis (and completion may fire)
+store_stage  -> bulk writes (one document per key), then the tickets are finished in Redis (and completion may fire)
 
 A request ends in exactly one outcome: stored, failed or skipped. Failures and the skips worth
 explaining (robots, hooks) are recorded in the failures collection with their reason.

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,11 +21,11 @@ from crawltasks import start_crawl
 from crawltasks.settings import Settings
 
 from .sites import SiteServer, html
+from .workers import WorkerProcess
 
 N_PAGES = 2000
 KILLS = 4
 QUEUES = "crawl.store,crawl.parse,crawl.fetch.high,crawl.fetch.default,crawl.fetch.low"
-ROOT = Path(__file__).resolve().parent.parent
 # The workers run the lease reclaimer with short leases, as deployed workers do (with longer ones).
 # CRASH_RECLAIM=0 relies on Celery's redelivery alone: that loses requests (a message taken off the
 # queue but not yet recorded as unacked dies with its worker), which is why leases exist.
@@ -47,45 +44,30 @@ def crash_site(n: int = N_PAGES, seed: int = 5) -> dict:
 
 
 class Workers:
-    """Celery worker subprocesses, each its own process group; all are killed at the end, whatever happens."""
+    """Worker subprocesses by slot (see tests.workers), killed and restarted; all are killed at the end."""
 
     def __init__(self, settings: Settings, logdir: Path, concurrency: int = 8) -> None:
-        self.env = {
-            **os.environ,
-            "CRAWLTASKS_BROKER_URL": settings.broker_url, "CRAWLTASKS_REDIS_URL": settings.redis_url,
-            "CRAWLTASKS_MONGO_URL": settings.mongo_url, "CRAWLTASKS_MONGO_DB": settings.mongo_db,
-            "CRAWLTASKS_RECLAIM_INTERVAL": "2" if RECLAIM else "100000", "PYTHONUNBUFFERED": "1",
-            **({"CRASH_TRACE": str(logdir)} if os.environ.get("CRASH_TRACE") else {}),
-        }
+        self.settings = settings
+        self.env = {"CRAWLTASKS_RECLAIM_INTERVAL": "2" if RECLAIM else "100000", "PYTHONUNBUFFERED": "1",
+                    **({"CRASH_TRACE": str(logdir)} if os.environ.get("CRASH_TRACE") else {})}
         self.logdir = logdir
         self.concurrency = concurrency
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, WorkerProcess] = {}
         self.started = 0
 
-    def start(self, slot: int) -> subprocess.Popen:
+    def start(self, slot: int) -> WorkerProcess:
         self.started += 1
-        log = open(self.logdir / f"worker{slot}-{self.started}.log", "wb")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.crashapp", "worker", "-Q", QUEUES, "-P", "threads",
-             "-c", str(self.concurrency), "-n", f"crash{slot}-{self.started}@%h", "--loglevel", "WARNING",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-        self.procs[slot] = proc
-        return proc
+        self.procs[slot] = WorkerProcess(self.settings, f"crash{slot}-{self.started}", queues=QUEUES,
+                                         concurrency=self.concurrency, env=self.env, app="tests.crashapp",
+                                         log_path=self.logdir / f"worker{slot}-{self.started}.log")
+        return self.procs[slot]
 
     def kill(self, slot: int) -> None:
-        proc = self.procs[slot]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        self.procs[slot].kill()
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        for worker in self.procs.values():
+            worker.kill()
 
 
 def broker_state(url: str) -> dict:

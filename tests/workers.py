@@ -28,14 +28,17 @@ class WorkerProcess:
     """One `celery worker` subprocess; stop() is safe to call twice."""
 
     def __init__(self, settings: Settings, name: str, queues: str = ALL_QUEUES, pool: str = "threads",
-                 concurrency: int = 4, log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+                 concurrency: int = 4, log_path: Path | None = None, env: dict[str, str] | None = None,
+                 app: str = "crawltasks") -> None:
         self.name = name
-        cmd = [sys.executable, "-m", "celery", "-A", "crawltasks", "worker", "-Q", queues, "-P", pool,
+        cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues, "-P", pool,
                "-c", str(concurrency), "-n", f"{name}@%h", "-l", "warning",
                "--without-gossip", "--without-mingle", "--without-heartbeat"]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings, **(env or {})), stdout=out, stderr=out,
-                                     start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        if log_path:
+            out.close()  # the child has its own copy
 
     def stop(self, timeout: float = 15) -> None:
         if self.proc.poll() is not None:
