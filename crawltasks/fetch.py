@@ -17,11 +17,13 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from http.cookiejar import DefaultCookiePolicy
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from . import identity
 from .guard import Allowance, Refused, ResolutionFailed, check_url
@@ -112,8 +114,34 @@ def _shutdown(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
+def _pin(url: str, addresses: list[str]) -> None:
+    """Connections to url's host made by this thread go to the addresses the guard checked (none:
+    it checked nothing, the crawl allows the host). Resolving again at connect time would let a
+    name answer public to the guard and private to the connection (DNS rebinding)."""
+    parts = urlsplit(url)
+    host, port = (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+    _local.pinned = (host, port, addresses) if addresses else None
+
+
 class _WatchedMixin:
-    """Hands the connection's socket to the calling thread's watch whenever it is used."""
+    """Hands the connection's socket to the calling thread's watch whenever it is used, and opens
+    it to the address the SSRF guard checked (see ``_pin``)."""
+
+    def _new_conn(self) -> socket.socket:
+        pinned = getattr(_local, "pinned", None)
+        if not pinned or (pinned[0], pinned[1]) != (self.host.lower(), self.port):  # type: ignore[attr-defined]
+            return super()._new_conn()  # type: ignore[misc]
+        name, failure = self._dns_host, None  # type: ignore[attr-defined]
+        try:
+            for address in pinned[2]:  # in the resolver's order, the next one when one does not answer
+                self._dns_host = address  # what urllib3 connects to; the Host header and TLS name stay the name's
+                try:
+                    return super()._new_conn()  # type: ignore[misc]
+                except (NewConnectionError, ConnectTimeoutError) as exc:
+                    failure = exc
+        finally:
+            self._dns_host = name
+        raise failure  # type: ignore[misc]
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
@@ -286,7 +314,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: _Watch) -> tuple[Fetc
                                 url=canonical), None
             visited.append(canonical)
             try:
-                check_url(canonical, allowance)
+                _pin(canonical, check_url(canonical, allowance))
             except Refused as exc:
                 return _failure(request, "ssrf_blocked", f"{where}{canonical}: {exc}", url=canonical), None
             except ResolutionFailed as exc:

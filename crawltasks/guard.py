@@ -7,7 +7,9 @@ the hosts a crawl may reach although they are private (the seeds' own hosts when
 
 The check runs on the resolved addresses (``socket.getaddrinfo``), so a public-looking name pointing
 inside, or an IP written in decimal, octal or IPv6-mapped form, is caught as well. It is a pure
-decision given a resolver; ``fetch.fetch_one`` calls it before connecting and on every redirect hop.
+decision given a resolver; ``fetch.fetch_one`` calls it before connecting and on every redirect hop,
+and then connects to the very addresses it checked (a second lookup could answer otherwise: DNS
+rebinding).
 """
 
 from __future__ import annotations

@@ -183,3 +183,28 @@ def test_resolutions_are_remembered_for_a_while_but_failures_are_not():
     for _ in range(2):
         with pytest.raises(Refused):
             check_url("http://internal.example/", STRICT, resolve)
+
+
+def test_the_connection_goes_to_the_address_the_guard_checked(monkeypatch, connects, site):
+    """DNS rebinding: a name answers the guard with one address and a second lookup with another. The
+    connection must go to the checked one. Loopback stands in for both: 127.0.0.1 counts as public
+    here, 127.0.0.2 stays private, and only 127.0.0.1 has the server."""
+    import crawltasks.guard as guard
+
+    lookups = []
+    real_resolve = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.example":
+            return real_resolve(host, port, *args, **kwargs)
+        lookups.append(host)
+        address = "127.0.0.1" if len(lookups) == 1 else "127.0.0.2"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    private = guard.non_public_reason
+    monkeypatch.setattr(guard, "non_public_reason", lambda addr: None if str(addr) == "127.0.0.1" else private(addr))
+    fetched, body = fetch_one(Request(url=f"http://rebind.example:{site.port}/"), CrawlOptions(timeout=5))
+    assert fetched.status == 200 and body, fetched
+    assert connects == [("127.0.0.1", site.port)]
+    assert site.hits[-1].headers["host"] == f"rebind.example:{site.port}"  # the name is still the one asked for
