@@ -118,9 +118,11 @@ def _pin(url: str, addresses: list[str]) -> None:
     """Connections to url's host made by this thread go to the addresses the guard checked (none:
     it checked nothing, the crawl allows the host). Resolving again at connect time would let a
     name answer public to the guard and private to the connection (DNS rebinding)."""
+    if not addresses:
+        _local.pinned = None
+        return
     parts = urlsplit(url)
-    host, port = (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
-    _local.pinned = (host, port, addresses) if addresses else None
+    _local.pinned = ((parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80), addresses)
 
 
 class _WatchedMixin:
