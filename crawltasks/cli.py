@@ -221,7 +221,9 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             worker.start()
         if embedded:  # it was starting while the workers did
             embedded.wait_ready()
-        # Once the crawl is finished a private broker holds nothing more: its worker processes can go.
+        # Once the crawl is finished a private broker holds nothing more of it: its worker processes can
+        # go at once (tasks of another, interrupted crawl in the same data directory come back later:
+        # acks are late and requests leased).
         stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
                                     name="stop-workers")
         try:

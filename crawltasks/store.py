@@ -89,7 +89,8 @@ class MongoStorage:
             return
         except BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
-            if any(e.get("code") != DUPLICATE_KEY for e in errors):
+            only_duplicates = all(e.get("code") == DUPLICATE_KEY for e in errors)
+            if not errors or not only_duplicates or exc.details.get("writeConcernErrors"):
                 raise
             again = [docs[e["index"]] for e in errors]
         ops = []
