@@ -208,25 +208,12 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             app.conf.update(worker_send_task_events=False, task_send_sent_event=False,
                             # an idle worker notices a stop request within one poll (default 1 s)
                             broker_transport_options={**app.conf.broker_transport_options, "polling_interval": 0.2})
-        worker = children = None
-        if not args.no_worker:
-            from .embedded import ChildWorkers, InProcessWorker, data_dir
-
-            if args.workers > 1:
-                log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
-                children = ChildWorkers(settings, args.workers, log_dir)
-            concurrency = args.concurrency or (8 if args.workers <= 1 else 1)
-            worker = InProcessWorker(app, concurrency=max(1, concurrency),
-                                     loglevel="INFO" if args.verbose else "WARNING")
-            worker.start()
-        if embedded:  # it was starting while the workers did
-            embedded.wait_ready()
-        # Once the crawl is finished a private broker holds nothing more of it: its worker processes can
-        # go at once (tasks of another, interrupted crawl in the same data directory come back later:
-        # acks are late and requests leased).
-        stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
-                                    name="stop-workers")
+        worker = children = stopping = None
         try:
+            if not args.no_worker:
+                worker, children = start_local_workers(args, app, settings, bool(embedded))
+            if embedded:  # it was starting while the workers did
+                embedded.wait_ready()
             crawl = begin()
             if args.detach:
                 print(crawl.id)
@@ -235,18 +222,42 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
             with CrawlProgress(quiet=args.quiet) as progress:
                 crawl.wait(progress=progress, poll=0.25)
-            stopping.start()  # the crawl is finished: workers wind down while the results are written
+            # Finished: the workers wind down while the results are written. A private broker holds
+            # nothing more of this crawl, so its worker processes can go at once (tasks of another,
+            # interrupted crawl in the same data directory come back later: acks are late, requests leased).
+            stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
+                                        name="stop-workers")
+            stopping.start()
             stats = crawl.stats()
             print(summary(stats))
             if args.output:
                 pages, items = crawl.export(args.output)
                 print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
         finally:
-            if stopping.ident is None:  # never started: the crawl was interrupted or failed to start
+            if stopping is None:  # interrupted, or failed to start: a warm stop, nothing is dropped
                 stop_workers(worker, children)
             else:
                 stopping.join()
     return 0
+
+
+def start_local_workers(args: argparse.Namespace, app, settings: Settings, embedded: bool):
+    """The worker inside this command, and with ``--workers N`` a prefork worker child of N processes."""
+    from .embedded import ChildWorkers, InProcessWorker, data_dir
+
+    children = None
+    if args.workers > 1:
+        log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
+        children = ChildWorkers(settings, args.workers, log_dir)
+    concurrency = args.concurrency or (8 if args.workers <= 1 else 1)
+    worker = InProcessWorker(app, concurrency=max(1, concurrency), loglevel="INFO" if args.verbose else "WARNING")
+    try:
+        worker.start()
+    except BaseException:
+        if children is not None:
+            children.stop()
+        raise
+    return worker, children
 
 
 def stop_workers(worker, children, finished: bool = False) -> None:
