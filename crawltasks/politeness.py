@@ -76,10 +76,6 @@ class HostGate:
             out[ask.host] = (tokens, wait_s)
         return out
 
-    def acquire(self, host: str, want: int = 1) -> tuple[list[str], float]:
-        """Up to ``want`` slots of host: (tokens, seconds to wait when none was granted)."""
-        return self.exchange([], {host: want})[host]
-
     def release(self, slots: list[tuple[str, str]]) -> None:
         """Give back (host, token) slots."""
         if slots:

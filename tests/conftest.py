@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pymongo
@@ -14,6 +15,7 @@ import redis
 from crawltasks import runtime
 from crawltasks.celeryapp import app, use_broker
 from crawltasks.embedded import InProcessWorker, MongoProcess
+from crawltasks.redisstate import RedisState
 from crawltasks.settings import Settings
 
 from .sites import SiteServer, basic_site, serve
@@ -34,6 +36,14 @@ def redis_url() -> str:
     _flush(url)
     yield url
     _flush(url)
+
+
+@pytest.fixture
+def state(redis_url: str) -> Iterator[RedisState]:
+    """The crawl state on the test Redis, closed after the test."""
+    s = RedisState.from_url(redis_url)
+    yield s
+    s.r.close()
 
 
 @pytest.fixture(scope="session")

@@ -46,14 +46,12 @@ def test_backoff_grows_honours_retry_after_and_stays_under_the_cap():
     assert backoff(0, opts, retry_after=3600) == 30.0
 
 
-def test_known_links_are_dropped_without_asking_redis_again(redis_url):
+def test_known_links_are_dropped_without_asking_redis_again(state):
     """Links this process saw scheduled are duplicates at once; counters stay exact."""
     import uuid
 
     from crawltasks.frontier import KNOWN, schedule
-    from crawltasks.redisstate import RedisState
 
-    state = RedisState.from_url(redis_url)
     crawl_id = f"known-{uuid.uuid4().hex[:8]}"
     opts = CrawlOptions(batch_size=100)
     state.create_crawl(crawl_id, opts.to_dict(), ["http://k.test/"])
@@ -75,4 +73,3 @@ def test_known_links_are_dropped_without_asking_redis_again(redis_url):
     finally:
         KNOWN.limit = saved
     state.delete_crawl(crawl_id)
-    state.r.close()

@@ -6,19 +6,12 @@ import pytest
 
 from crawltasks.models import Request
 from crawltasks.politeness import HostGate, fetch_batch
-from crawltasks.redisstate import Keys, RedisState
+from crawltasks.redisstate import Keys
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, fingerprint, host_key
 
 from .sites import serve, slow_page
 from .test_fleet import max_overlap
-
-
-@pytest.fixture
-def state(redis_url):
-    s = RedisState.from_url(redis_url)
-    yield s
-    s.r.close()
 
 
 @pytest.fixture

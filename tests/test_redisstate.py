@@ -9,13 +9,6 @@ from crawltasks.redisstate import RedisState, SlotRequest
 
 
 @pytest.fixture
-def state(redis_url):
-    s = RedisState.from_url(redis_url)
-    yield s
-    s.r.close()
-
-
-@pytest.fixture
 def cid(state):
     crawl_id = f"u-{uuid.uuid4().hex[:8]}"
     state.create_crawl(crawl_id, {}, [])
