@@ -40,6 +40,7 @@ class Plan:
 def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
     """Fingerprint the requests that are in scope; count the others by reason. Pure."""
     plan = Plan()
+    in_scope: dict[str, bool] = {}  # host -> in allowed_domains: a batch's links share few hosts
     for req in requests:
         try:
             url = canonicalize(req.url)
@@ -55,9 +56,14 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
         if options.max_depth is not None and req.depth > options.max_depth:
             plan.filtered["depth"] += 1
             continue
-        if options.allowed_domains is not None and not in_domains(host_of(url), options.allowed_domains):
-            plan.filtered["offsite"] += 1
-            continue
+        if options.allowed_domains is not None:
+            host = host_of(url)
+            ok = in_scope.get(host)
+            if ok is None:
+                ok = in_scope[host] = in_domains(host, options.allowed_domains)
+            if not ok:
+                plan.filtered["offsite"] += 1
+                continue
         if options.deny_patterns and any(re.search(p, url) for p in options.deny_patterns):
             plan.filtered["denied"] += 1
             continue

@@ -75,3 +75,16 @@ def test_response_follow_and_lazy_soup():
 ])
 def test_encoding_is_chosen_as_w3lib_chooses_it(content_type, body):
     assert detect_encoding(content_type, body) == html_to_unicode(content_type or "", body)[0]
+
+
+def test_follow_all_makes_the_requests_follow_makes():
+    html = b'<html><body><a href="a.html">a</a> <a href="/b?x=1">b</a> <a href="http://abs.com/">c</a></body></html>'
+    seed = Request(url="http://site.com/dir/page", depth=3, priority="high", meta={"k": 1})
+    response = Response("http://site.com/dir/page", 200, html, seed, "text/html")
+    every = list(response.follow_all())
+    assert every == [response.follow(link) for link in response.links]
+    assert [(r.url, r.depth, r.priority, r.referer, r.meta) for r in every][0] == \
+        ("http://site.com/dir/a.html", 4, "high", "http://site.com/dir/page", {})
+    assert every[0].meta is not every[1].meta  # each request owns its metadata
+    low = list(response.follow_all(priority="low"))
+    assert [r.priority for r in low] == ["low"] * 3 and [r.url for r in low] == [r.url for r in every]
