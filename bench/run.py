@@ -101,6 +101,12 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def crawltasks_flags(workers: int, concurrency: int) -> list[str]:
+    """Politeness lifted for this local site only; as many worker processes as cores by default."""
+    return ["--host-delay", "0", "--host-concurrency", "256", "--workers", str(workers),
+            "--concurrency", str(concurrency), "--batch-size", "128", "--fetch-threads", "16"]
+
+
 def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: list[str], timeout: float,
                    profile: Path | None = None) -> Row:
     """``crawltasks crawl`` embedded (private Redis + SecantusDB + in-process worker) in a fresh data dir."""
@@ -111,9 +117,7 @@ def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: 
     env = clean_env()
     env["CRAWLTASKS_DATA_DIR"] = str(data)
     cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", url, "--crawl-id", crawl_id,
-           "--host-delay", "0", "--host-concurrency", "256", "--workers", str(workers),
-           "--concurrency", str(concurrency), "--batch-size", "64", "--fetch-threads", "16",
-           "--output", str(out), "--quiet", *extra]
+           *crawltasks_flags(workers, concurrency), "--output", str(out), "--quiet", *extra]
     if profile is not None:
         cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--subprocesses", "-r", "50",
                "-f", "raw", "-o", str(profile), "--", *cmd]
@@ -256,7 +260,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--site", choices=("pages", "big", "both"), default="both", help="which site(s) to crawl")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated tools to leave out: crawltasks,scrapy,wget")
-    p.add_argument("--workers", type=int, default=4, help="crawltasks --workers (prefork worker processes)")
+    p.add_argument("--workers", type=int, default=2,
+                   help="crawltasks --workers (worker processes beside the command; default 2)")
     p.add_argument("--concurrency", type=int, default=1,
                    help="crawltasks --concurrency (tasks at once in the worker inside the command)")
     p.add_argument("--crawltasks-arg", action="append", default=[], metavar="ARG",
@@ -356,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print()
     print(f"crawltasks benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-          f"crawltasks --workers {args.workers} --concurrency {args.concurrency}")
+          f"crawltasks crawl URL {' '.join(crawltasks_flags(args.workers, args.concurrency))}")
     for res in results:
         print()
         print(format_table(res["title"], res["rows"]))

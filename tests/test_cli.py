@@ -96,14 +96,14 @@ def test_a_store_that_cannot_start_is_one_line_and_leaves_no_worker_behind(site,
     data = tmp_path / ".local" / "share" / "crawltasks"
     data.mkdir(parents=True)
     (data / "mongo").write_text("a file where the store wants its directory")
-    proc = subprocess.Popen([sys.executable, "-m", "crawltasks.cli", "crawl", site.url("/"), "--workers", "2",
-                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", site.url("/"), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**{k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")},
                                  "HOME": str(tmp_path)})
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "store" in lines[0] and "Traceback" not in err, err
-    tag = f"embedded-{proc.pid}@"
-    leftovers = [p.pid for p in psutil.process_iter(["cmdline"]) if any(tag in a for a in p.info["cmdline"] or [])]
+    # the worker processes are forked copies of the command: the same command line
+    leftovers = [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == cmd]
     assert not leftovers, f"worker processes left running: {leftovers}"

@@ -9,7 +9,7 @@ import redis
 
 from crawltasks import start_crawl
 from crawltasks.celeryapp import app
-from crawltasks.embedded import InProcessWorker
+from crawltasks.localworkers import InProcessWorker
 from crawltasks.redisstate import RedisState
 
 from .sites import FAST, page, serve

@@ -2,7 +2,7 @@
 
 from crawltasks import Request, start_crawl
 from crawltasks.celeryapp import app
-from crawltasks.embedded import InProcessWorker
+from crawltasks.localworkers import InProcessWorker
 
 from .sites import FAST, page, serve
 

@@ -16,7 +16,7 @@ from kombu import Connection, pools
 import celeryconfig
 from crawltasks import start_crawl
 from crawltasks.celeryapp import app, use_broker
-from crawltasks.embedded import InProcessWorker
+from crawltasks.localworkers import InProcessWorker
 from crawltasks.redisstate import Keys
 from crawltasks.settings import Settings
 
