@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import runtime
 from .settings import ENV_BROKER, Settings
 
 log = logging.getLogger("crawltasks")
@@ -134,6 +133,8 @@ def services(args: argparse.Namespace, wait: bool = True) -> Iterator[tuple[Sett
     services or None). ``wait=False``: the embedded store may still be starting (see wait_ready)."""
     settings = Settings.from_env()
     if settings.broker_url:
+        from . import runtime
+
         rt = runtime.configure(settings)
         try:
             yield settings, None
@@ -143,6 +144,8 @@ def services(args: argparse.Namespace, wait: bool = True) -> Iterator[tuple[Sett
     from .embedded import EmbeddedServices, data_dir
 
     with EmbeddedServices(data_dir(args.data_dir), wait=wait) as emb:
+        from . import runtime  # imported while the store boots (pymongo and Celery take a third of a second)
+
         assert emb.settings is not None
         rt = runtime.configure(emb.settings)
         try:
@@ -158,7 +161,7 @@ def summary(stats: dict[str, Any]) -> str:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from .crawl import check_seeds, start_crawl
+    from .urls import check_seeds
 
     if not args.urls and not args.spider:
         raise UsageError("give at least one URL, or --spider NAME with start_urls")
@@ -169,6 +172,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
     def begin():
+        from .crawl import start_crawl
+
         try:
             return start_crawl(args.urls or None, spider=args.spider, crawl_id=args.crawl_id, **crawl_options(args))
         except ValueError as exc:

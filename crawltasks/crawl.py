@@ -19,7 +19,7 @@ from .runtime import Runtime
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
 from .store import FAILURES, ITEMS, PAGES, export_crawl
-from .urls import InvalidURL, canonicalize, host_of
+from .urls import check_seeds, host_of
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
 
@@ -127,17 +127,6 @@ class Crawl:
 
 def new_crawl_id(name: str = "crawl") -> str:
     return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-def check_seeds(urls: Iterable[str]) -> list[str]:
-    """Canonical seed URLs; raises ValueError naming the first bad one."""
-    out = []
-    for url in urls:
-        try:
-            out.append(canonicalize(url))
-        except InvalidURL as exc:
-            raise ValueError(f"invalid seed URL {url!r}: {exc}") from None
-    return out
 
 
 def build_options(spider_cls: type[Spider], seeds: list[str], options: dict[str, Any]) -> CrawlOptions:

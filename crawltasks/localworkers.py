@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import subprocess
@@ -157,6 +158,7 @@ class ChildWorkers:
                "CRAWLTASKS_SPIDER_MODULES": ",".join(settings.spider_modules)}
         self.procs: list[ForkedWorker] = []
         log = log_dir / "workers.log"
+        importlib.import_module("crawltasks.tasks")  # and all it needs: imported once, here, for every copy
         try:
             for i in range(processes):
                 self.procs.append(ForkedWorker(app, env, f"embedded-{os.getpid()}-{i}@{gethostname()}", log))

@@ -68,6 +68,17 @@ def _full_canonical(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
 
 
+def check_seeds(urls: Iterable[str]) -> list[str]:
+    """Canonical seed URLs; raises ValueError naming the first bad one."""
+    out = []
+    for url in urls:
+        try:
+            out.append(canonicalize(url))
+        except InvalidURL as exc:
+            raise ValueError(f"invalid seed URL {url!r}: {exc}") from None
+    return out
+
+
 def fingerprint(canonical_url: str, method: str = "GET", meta: dict[str, Any] | None = None,
                 meta_fields: Iterable[str] = ()) -> str:
     """SHA-1 (hex) of method, canonical URL and the chosen metadata fields."""
