@@ -54,6 +54,7 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         main = psutil.Process(proc.pid)
+        main_cmd = list(cmd)
         peak_tree = 0
         peaks: dict[int, tuple[str, int]] = {}  # pid -> (label, peak RSS)
         cpu: dict[int, tuple[str, float]] = {}  # pid -> (label, CPU seconds at its last sample)
@@ -71,6 +72,8 @@ def run_measured(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str
                         label = _label(p)
                         if label is None:  # exiting, or not yet exec'd: looked at again next time
                             continue
+                        if p.pid != main.pid and p.cmdline() == main_cmd:
+                            label += " fork"  # a worker forked from the command (crawltasks --workers)
                         known[p.pid] = (p, label)
                     p, label = known[p.pid]
                     try:
