@@ -1,224 +1,27 @@
-"""The fetch stage: HTTP with requests, classified outcomes, and a batch fetched concurrently under
-the shared per-host gate. A host that is busy is not waited for long: its requests are deferred.
+"""Fetching one request: redirects followed hop by hop under the SSRF guard, size and total-time
+caps, and every outcome classified with a reason. The HTTP itself is requests, through ``transport``;
+a batch is fetched concurrently under the shared per-host gate in ``politeness``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import heapq
 import http.client
-import itertools
-import os
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from http.cookiejar import DefaultCookiePolicy
-from typing import Any
-from urllib.parse import urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from . import identity
 from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
 from .settings import CrawlOptions
+from .transport import WATCHDOG, Watch, pin, prepare, send, session, watching
 from .urls import InvalidURL, canonicalize, fingerprint, join
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 CHUNK = 64 * 1024
-
-_local = threading.local()
-
-
-class _Watch:
-    """The socket one fetch is using, so that the total time cap can cut it.
-
-    A socket timeout bounds each read, not the response: a server that drips a byte every second
-    (in the headers or the body) would hold a fetch for ever. At the deadline the watch shuts the
-    socket down, which wakes the blocked read at once. The socket itself is kept, not the
-    connection: http.client lets go of a connection's socket once the headers say "close".
-    """
-
-    def __init__(self) -> None:
-        self.sock: socket.socket | None = None
-        self.expired = False
-        self.done = False
-        self._lock = threading.Lock()
-
-    def attach(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            return
-        with self._lock:
-            self.sock = sock
-            expired = self.expired
-        if expired:
-            _shutdown(sock)
-
-    def expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            sock = self.sock
-        if sock is not None:
-            _shutdown(sock)
-
-
-class _Watchdog:
-    """One thread per process that expires the watches of fetches past their deadline (a timer
-    thread per request cost more than the request)."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Watch]] = []
-        self._cv = threading.Condition()
-        self._seq = itertools.count()
-        self._pid = 0
-
-    def add(self, watch: _Watch, deadline: float) -> None:
-        with self._cv:
-            if self._pid != os.getpid():  # first use, or a forked child: the thread is not here
-                self._pid = os.getpid()
-                self._heap = []
-                threading.Thread(target=self._run, name="fetch-watchdog", daemon=True).start()
-            heapq.heappush(self._heap, (deadline, next(self._seq), watch))
-            if self._heap[0][2] is watch:
-                self._cv.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while self._heap and self._heap[0][2].done:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    self._cv.wait()
-                    continue
-                delay = self._heap[0][0] - time.monotonic()
-                if delay > 0:
-                    self._cv.wait(delay)
-                    continue
-                _, _, watch = heapq.heappop(self._heap)
-            if not watch.done:
-                watch.expire()
-
-
-WATCHDOG = _Watchdog()
-
-
-def _shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed: nothing to cut
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def _pin(url: str, addresses: list[str]) -> None:
-    """Connections to url's host made by this thread go to the addresses the guard checked (none:
-    it checked nothing, the crawl allows the host). Resolving again at connect time would let a
-    name answer public to the guard and private to the connection (DNS rebinding)."""
-    if not addresses:
-        _local.pinned = None
-        return
-    parts = urlsplit(url)
-    _local.pinned = ((parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80), addresses)
-
-
-class _WatchedMixin:
-    """Hands the connection's socket to the calling thread's watch whenever it is used, and opens
-    it to the address the SSRF guard checked (see ``_pin``)."""
-
-    def _new_conn(self) -> socket.socket:
-        pinned = getattr(_local, "pinned", None)
-        if not pinned or (pinned[0], pinned[1]) != (self.host.lower(), self.port):  # type: ignore[attr-defined]
-            return super()._new_conn()  # type: ignore[misc]
-        name, failure = self._dns_host, None  # type: ignore[attr-defined]
-        try:
-            for address in pinned[2]:  # in the resolver's order, the next one when one does not answer
-                self._dns_host = address  # what urllib3 connects to; the Host header and TLS name stay the name's
-                try:
-                    return super()._new_conn()  # type: ignore[misc]
-                except (NewConnectionError, ConnectTimeoutError) as exc:
-                    failure = exc
-        finally:
-            self._dns_host = name
-        raise failure  # type: ignore[misc]
-
-    def connect(self) -> None:
-        super().connect()  # type: ignore[misc]
-        self._attach()
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        self._attach()
-        super().request(*args, **kwargs)  # type: ignore[misc]
-        self._attach()
-
-    def _attach(self) -> None:
-        watch = getattr(_local, "watch", None)
-        if watch is not None:
-            watch.attach(getattr(self, "sock", None))
-
-
-class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(_WatchedMixin, HTTPSConnection):
-    pass
-
-
-class _WatchedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-
-
-class _Adapter(HTTPAdapter):
-    """HTTPAdapter whose connections (direct or through a proxy) can be cut by the time cap."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = dict(_WATCHED_POOLS)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        if proxy.lower().startswith("http"):
-            manager.pool_classes_by_scheme = dict(_WATCHED_POOLS)
-        return manager
-
-
-def session() -> requests.Session:
-    """One pooled session per thread: connections are reused, sessions are not shared. It keeps no
-    cookies: a thread serves many crawls, and a request's cookies are its crawl's (see identity)."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
-        s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = _Adapter(pool_connections=32, pool_maxsize=32, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        _local.session = s
-    return s
-
-
-BASE_HEADERS = requests.utils.default_headers()  # Accept-Encoding and keep-alive; identity adds the rest
-
-
-def prepare(method: str, url: str, headers: dict[str, str], cookies: dict[str, str]) -> requests.PreparedRequest:
-    """The request as sent: the base headers, then the crawl's. Prepared here rather than by
-    ``Session.request``, whose merging of session settings cost a quarter of a fetch's CPU (a
-    typing-Protocol isinstance check per setting), for settings this crawler never puts on a session."""
-    prepared = requests.PreparedRequest()
-    prepared.prepare(method=method, url=url, headers={**BASE_HEADERS, **headers}, cookies=cookies or None)
-    return prepared
-
 
 @dataclass
 class Body:
@@ -279,17 +82,17 @@ def fetch_one(request: Request, options: CrawlOptions) -> tuple[Fetched, bytes |
     and checked by the SSRF guard before anything connects to it. ``options.timeout`` caps the whole
     fetch, every hop and every byte included.
     """
-    watch = _Watch()
-    _local.watch = watch
+    watch = Watch()
+    watching(watch)
     WATCHDOG.add(watch, time.monotonic() + options.timeout)
     try:
         return _fetch(request, options, watch)
     finally:
         watch.done = True
-        _local.watch = None
+        watching(None)
 
 
-def _fetch(request: Request, options: CrawlOptions, watch: _Watch) -> tuple[Fetched, bytes | None]:
+def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetched, bytes | None]:
     started = time.monotonic()
     deadline = started + options.timeout
     s = session()
@@ -316,7 +119,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: _Watch) -> tuple[Fetc
                                 url=canonical), None
             visited.append(canonical)
             try:
-                _pin(canonical, check_url(canonical, allowance))
+                pin(canonical, check_url(canonical, allowance))
             except Refused as exc:
                 return _failure(request, "ssrf_blocked", f"{where}{canonical}: {exc}", url=canonical), None
             except ResolutionFailed as exc:
@@ -324,8 +127,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: _Watch) -> tuple[Fetc
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TooSlow(f"no complete response within the total time cap ({options.timeout}s)")
-            with s.send(prepare(method, url, headers, cookies), proxies=proxies, stream=True,
-                        allow_redirects=False, timeout=(min(10.0, remaining), remaining)) as resp:
+            with send(s, prepare(method, url, headers, cookies), proxies, (min(10.0, remaining), remaining)) as resp:
                 target = s.get_redirect_target(resp) if resp.status_code in REDIRECT_STATUSES else None
                 if target:
                     url = join(resp.url, target) or target
@@ -388,7 +190,7 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _classify(request: Request, exc: Exception, watch: _Watch, options: CrawlOptions) -> Fetched:
+def _classify(request: Request, exc: Exception, watch: Watch, options: CrawlOptions) -> Fetched:
     """A failure with a clear reason for whatever the fetch raised."""
     if watch.expired or isinstance(exc, TooSlow):
         return _failure(request, "too_slow", f"no complete response within the total time cap "
