@@ -218,9 +218,9 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
         try:
             if not args.no_worker:
                 worker, children = start_local_workers(args, app, settings, bool(embedded))
-            crawl = begin()  # the first pages are fetched while the store finishes starting
-            if embedded:
+            if embedded:  # it booted while this process imported Celery and started the workers
                 embedded.wait_ready()
+            crawl = begin()
             if args.detach:
                 print(crawl.id)
                 return 0
