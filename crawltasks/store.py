@@ -26,6 +26,7 @@ from pymongo.errors import BulkWriteError
 
 PAGES, ITEMS, FAILURES = "pages", "items", "failures"
 DUPLICATE_KEY = 11000
+EXPORT_BATCH = 2000  # documents per round trip when reading a crawl back
 
 
 def doc_id(crawl_id: str, fp: str) -> str:
@@ -129,8 +130,10 @@ class MongoStorage:
 
     def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """The documents without their ``_id``, in the order the server keeps them. Dropped here, not
-        by a projection, and not sorted: both cost the embedded store more than the read itself."""
-        for doc in self.db[collection].find(query):
+        by a projection, and not sorted: both cost the embedded store more than the read itself.
+        Read 2,000 at a time: the default batch (16 MB) held ~100 MB of documents in this process
+        while 100,000 pages were exported, for no gain in speed (measured)."""
+        for doc in self.db[collection].find(query).batch_size(EXPORT_BATCH):
             del doc["_id"]
             yield doc
 
