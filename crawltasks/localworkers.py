@@ -153,9 +153,7 @@ class ChildWorkers:
     of CPU per page, an eighth of a crawl (measured)."""
 
     def __init__(self, app: Any, settings: Settings, processes: int, log_dir: Path) -> None:
-        env = {"CRAWLTASKS_BROKER_URL": settings.broker_url or "", "CRAWLTASKS_REDIS_URL": settings.redis_url,
-               "CRAWLTASKS_MONGO_URL": settings.mongo_url, "CRAWLTASKS_MONGO_DB": settings.mongo_db,
-               "CRAWLTASKS_SPIDER_MODULES": ",".join(settings.spider_modules)}
+        env = settings.to_env()
         self.procs: list[ForkedWorker] = []
         log = log_dir / "workers.log"
         importlib.import_module("crawltasks.tasks")  # and all it needs: imported once, here, for every copy

@@ -43,6 +43,11 @@ class Settings:
             spider_modules=modules,
         )
 
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that ``from_env`` reads back as these settings (for workers)."""
+        return {ENV_BROKER: self.broker_url or "", ENV_REDIS: self.redis_url, ENV_MONGO: self.mongo_url,
+                ENV_MONGO_DB: self.mongo_db, ENV_SPIDER_MODULES: ",".join(self.spider_modules)}
+
 
 @dataclass
 class CrawlOptions:

@@ -43,10 +43,7 @@ def free_port() -> int:
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment a deployed worker or Flower gets, pointing at the test services."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLTASKS_", "FLOWER_"))}
-    env.update(CRAWLTASKS_BROKER_URL=settings.broker_url or "", CRAWLTASKS_REDIS_URL=settings.redis_url,
-               CRAWLTASKS_MONGO_URL=settings.mongo_url, CRAWLTASKS_MONGO_DB=settings.mongo_db,
-               CRAWLTASKS_SPIDER_MODULES=",".join(settings.spider_modules), PYTHONPATH=str(ROOT),
-               PYTHONUNBUFFERED="1")
+    env.update(settings.to_env(), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
 

@@ -9,17 +9,16 @@ import sys
 import time
 from pathlib import Path
 
+from crawltasks import localworkers
 from crawltasks.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_QUEUES = "crawl.store,crawl.parse,crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.control"
+ALL_QUEUES = ",".join(localworkers.ALL_QUEUES)
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")}
-    env.update(CRAWLTASKS_BROKER_URL=settings.broker_url or "", CRAWLTASKS_REDIS_URL=settings.redis_url,
-               CRAWLTASKS_MONGO_URL=settings.mongo_url, CRAWLTASKS_MONGO_DB=settings.mongo_db,
-               CRAWLTASKS_SPIDER_MODULES=",".join(settings.spider_modules), PYTHONPATH=str(ROOT))
+    env.update(settings.to_env(), PYTHONPATH=str(ROOT))
     env.update(extra)
     return env
 
