@@ -12,8 +12,11 @@ broker_url = os.environ.get("CRAWLTASKS_BROKER_URL", "redis://127.0.0.1:6379/0")
 
 # --- Queues -------------------------------------------------------------------------------------
 # One queue per stage, and three fetch queues by priority. The order matters on Redis: with the
-# "priority" queue order strategy a worker always pops from the first non-empty queue in this list,
-# so finishing work (store, parse) drains before new fetches start, and high before default before low.
+# "priority" queue order strategy a worker always pops from the first non-empty queue in this list.
+# Fetch comes first: a fetch task only hands its batch to the process's fetch engine (a millisecond),
+# and the dispatcher sends no more of them than the fetch workers can take, so they never starve the
+# rest, while a fetch waiting behind parse work would leave its host idle. High before default before
+# low; then store before parse, so that work already fetched is finished first.
 STORE_QUEUE = "crawl.store"
 PARSE_QUEUE = "crawl.parse"
 FETCH_QUEUES = {
@@ -26,7 +29,7 @@ CONTROL_QUEUE = "crawl.control"
 _exchange = Exchange("crawl", type="direct")
 task_queues = [
     Queue(name, _exchange, routing_key=name, queue_arguments={"x-max-priority": 10})
-    for name in (STORE_QUEUE, PARSE_QUEUE, *FETCH_QUEUES.values(), CONTROL_QUEUE)
+    for name in (*FETCH_QUEUES.values(), STORE_QUEUE, PARSE_QUEUE, CONTROL_QUEUE)
 ]
 task_default_queue = FETCH_QUEUES["default"]
 task_default_exchange = "crawl"

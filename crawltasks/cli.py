@@ -67,15 +67,16 @@ def build_parser() -> Parser:
     c.add_argument("--crawl-id", help="name the crawl (generated otherwise); an existing id continues it")
     c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
     c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
-    c.add_argument("--workers", type=positive_int, default=1,
+    c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="local worker processes: 1 runs a worker inside this command; N > 1 adds N worker "
-                        "processes beside it (for crawls that should use every core)")
+                        "processes beside it (default: one per core)")
     c.add_argument("--concurrency", type=positive_int,
                    help="tasks at once in the worker inside this command (default 8, or 1 beside --workers > 1)")
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
     c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
-    c.add_argument("--fetch-threads", type=positive_int, help="HTTP requests at once in one fetch task (8)")
+    c.add_argument("--fetch-concurrency", "--fetch-threads", type=positive_int, dest="fetch_concurrency",
+                   help="HTTP requests in flight at once per worker process (default 512)")
     c.add_argument("--batch-size", type=positive_int, help="requests per task message (default 16)")
     c.add_argument("--timeout", type=non_negative_float, help="seconds for one whole response (default 20)")
     c.add_argument("--allowed-domain", action="append", dest="allowed_domains",
@@ -108,7 +109,7 @@ def build_parser() -> Parser:
     r.add_argument("--reason", help="only failures with this reason")
     for flag in ("--no-worker", "--detach", "--quiet"):
         r.add_argument(flag, action="store_true")
-    r.add_argument("--workers", type=positive_int, default=1)
+    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1)
     r.add_argument("--concurrency", type=positive_int)
     r.add_argument("--output", "-o", help="write the crawl's pages afterwards")
 
@@ -122,7 +123,7 @@ def build_parser() -> Parser:
 
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "fetch_threads", "timeout",
+    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
              "allowed_domains", "store_html", "store_text", "dedupe")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
@@ -208,6 +209,9 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
     """Start the services and (unless --no-worker) a local worker, run begin(), wait, summarize, export."""
     with services(args, wait=False) as (settings, embedded):
         from .celeryapp import app, use_broker
+
+        if getattr(args, "fetch_concurrency", None):
+            settings.fetch_concurrency = args.fetch_concurrency
 
         use_broker(settings.broker_url)
         if embedded:  # nobody can watch a private broker: spare the event messages

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -11,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import logs, runtime
-from .frontier import QUEUED_LEASES, dispatch, schedule
+from .frontier import schedule
 from .guard import private_seed_hosts
 from .models import Request
 from .robots import Robots, origin_of
@@ -83,20 +82,12 @@ class Crawl:
 
     # --- control, on every worker within a batch ---------------------------------------------
     def pause(self) -> bool:
-        """Stop fetching: batches reaching a worker are parked in Redis until resume()."""
-        return self.rt.state.control(self.id, ["running"], "paused")[0]
+        """Stop fetching: nothing more leaves the frontier, and batches reaching a worker go back to it."""
+        return self.rt.state.control(self.id, ["running"], "paused")
 
     def resume(self) -> bool:
-        """Continue a paused crawl: parked batches go back on their queues."""
-        from .tasks import send_batch
-
-        changed, parked = self.rt.state.control(self.id, ["paused"], "running")
-        lease = QUEUED_LEASES * self.rt.options(self.id).lease_time
-        for raw in parked:
-            batch = [Request.from_dict(r) for r in json.loads(raw)]
-            self.rt.state.lease(self.id, [r.ticket for r in batch], lease)
-            send_batch(self.id, batch[0].priority, batch)
-        return changed
+        """Continue a paused crawl: its hosts' queues are dispatched again."""
+        return self.rt.state.control(self.id, ["paused"], "running")
 
     def cancel(self) -> bool:
         """Stop the crawl for good: what is queued ends as skipped; the crawl then finishes, cancelled."""
@@ -106,18 +97,13 @@ class Crawl:
 
     def retry_failed(self, reason: str | None = None) -> int:
         """Send the crawl's failed requests through the pipeline again; returns how many."""
-        from .tasks import send_batch
-
         records = [r for r in self.failures(reason) if r.get("outcome", "failed") == "failed"]
         requests = [Request(url=r["url"], depth=r["depth"], meta=r.get("meta") or {}, fp=r["fp"],
                             ticket=r.get("ticket") or r["fp"], referer=r.get("referer")) for r in records]
         flags = self.rt.state.redrive(self.id, [r.ticket for r in requests])
         again = [r for r, ok in zip(requests, flags, strict=True) if ok]
-        opts = self.rt.options(self.id)
-        self.rt.state.lease(self.id, [r.ticket for r in again], QUEUED_LEASES * opts.lease_time,
-                            [json.dumps(r.to_dict()) for r in again])
+        self.rt.frontier.add(self.id, again, counted=True)  # pending again already: queued, not counted
         self.rt.storage.delete_failures(self.id, [r.fp for r in again])
-        dispatch(self.id, again, opts.batch_size, send_batch)
         return len(again)
 
     def export(self, path: str, items: bool = True) -> tuple[int, int]:
@@ -180,12 +166,10 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
         opts = rt.options(crawl_id)  # continuing: the saved options win
         state.reopen(crawl_id)
     logs.crawl_started(crawl_id, [r.url for r in requests], opts.to_dict(), continued=not created)
-    from .tasks import send_batch  # the Celery side is only needed once something is sent
-
     if opts.sitemap_from_robots:
         robots = Robots(state, opts)
         origins = {origin_of(r.url): r.url for r in requests}
         requests += [Request(url=s) for url in origins.values() for s in robots.sitemaps(url)]
-    schedule(state, crawl_id, requests, opts, send_batch)
+    schedule(state, rt.frontier, crawl_id, requests, opts)
     state.check_finished(crawl_id)
     return Crawl(crawl_id, rt)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -75,14 +76,17 @@ def _now() -> str:
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
-def fetch_one(request: Request, options: CrawlOptions) -> tuple[Fetched, bytes | None]:
+def fetch_one(request: Request, options: CrawlOptions,
+              on_send: Callable[[], None] | None = None) -> tuple[Fetched, bytes | None]:
     """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one).
 
     Redirects are followed here, hop by hop, so that each hop is canonicalized, checked for loops
     and checked by the SSRF guard before anything connects to it. ``options.timeout`` caps the whole
-    fetch, every hop and every byte included.
+    fetch, every hop and every byte included. ``on_send`` is called just before the first request
+    goes out on its connection and once it is out (the politeness gate learns when it really started).
     """
     watch = Watch()
+    watch.on_send = on_send
     watching(watch)
     WATCHDOG.add(watch, time.monotonic() + options.timeout)
     try:

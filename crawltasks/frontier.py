@@ -1,34 +1,33 @@
-"""Deciding what gets fetched: scope filters, fingerprints, atomic dedupe, and batching by priority."""
+"""Deciding what gets fetched: scope filters, fingerprints, atomic dedupe into the per-host frontier
+(``crawltasks.hostqueues``), and the back-off of retries."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .bloom import BloomFilter
-from .models import PRIORITIES, Request
-from .redisstate import DUPLICATE, NEW, RedisState
+from .hostqueues import DUPLICATE, NEW, Caps
+from .models import Request
+from .politeness import host_policy
+from .redisfrontier import RedisFrontier
+from .redisstate import RedisState
 from .settings import CrawlOptions
 from .urls import (
     FOLLOWED_SCHEMES,
     InvalidURL,
     canonicalize,
+    domain_set,
     fingerprint,
     host_key,
     host_of,
     in_domains,
     raw_fingerprint,
 )
-
-QUEUED_LEASES = 3  # a queued request's lease is this many lease_times: queues can be long
-
-# send(crawl_id, priority, batch, countdown): puts one fetch -> parse -> store chain on the broker.
-Sender = Callable[[str, str, list[Request], float], None]
 
 
 @dataclass
@@ -41,6 +40,7 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
     """Fingerprint the requests that are in scope; count the others by reason. Pure."""
     plan = Plan()
     in_scope: dict[str, bool] = {}  # host -> in allowed_domains: a batch's links share few hosts
+    domains = domain_set(tuple(options.allowed_domains)) if options.allowed_domains is not None else frozenset()
     for req in requests:
         try:
             url = canonicalize(req.url)
@@ -60,7 +60,7 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
             host = host_of(url)
             ok = in_scope.get(host)
             if ok is None:
-                ok = in_scope[host] = in_domains(host, options.allowed_domains)
+                ok = in_scope[host] = in_domains(host, domains)
             if not ok:
                 plan.filtered["offsite"] += 1
                 continue
@@ -76,9 +76,9 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
     return plan
 
 
-def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], options: CrawlOptions,
-             send: Sender) -> int:
-    """Filter, dedupe atomically and send new requests; returns how many were scheduled."""
+def schedule(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
+             options: CrawlOptions) -> int:
+    """Filter, dedupe atomically and queue new requests in the frontier; returns how many were new."""
     if state.state_of(crawl_id) in ("cancelling", "cancelled"):
         return 0
     plan = plan_requests(requests, options)
@@ -90,17 +90,18 @@ def schedule(state: RedisState, crawl_id: str, requests: Iterable[Request], opti
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
     if options.dedupe == "set" and reqs:  # most links are known: drop them before serialising
         reqs = drop_known(state, crawl_id, reqs)
-    for r in reqs:  # the ticket names this scheduling of the URL in the counters and leases
+    for r in reqs:  # the ticket names this scheduling of the URL in the counters
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
-    verdicts = state.schedule(crawl_id, [r.fp for r in reqs], [r.dont_filter for r in reqs],
-                              [host_key(r.url) for r in reqs], options.max_pages, options.max_pages_per_host,
-                              bloom_of(state, crawl_id, options),
-                              [(r.ticket, json.dumps(r.to_dict())) for r in reqs],
-                              QUEUED_LEASES * options.lease_time)
+    verdicts = frontier.add(crawl_id, reqs, Caps(options.max_pages, options.max_pages_per_host),
+                            bloom=bloom_of(state, crawl_id, options))
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
     if options.dedupe == "set":
         KNOWN.add(crawl_id, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
-    dispatch(crawl_id, fresh, options.batch_size, send)
+    if options.host_rules and fresh:
+        for host in {host_key(r.url) for r in fresh}:
+            policy = host_policy(host, options)
+            if policy is not None:
+                frontier.set_limits(crawl_id, host, policy)
     return len(fresh)
 
 
@@ -163,39 +164,6 @@ def drop_recently_visited(state: RedisState, options: CrawlOptions, reqs: list[R
     if len(kept) < len(reqs):
         plan.filtered["recently_visited"] += len(reqs) - len(kept)
     return kept
-
-
-def dispatch(crawl_id: str, requests: Sequence[Request], batch_size: int, send: Sender,
-             countdown: float = 0.0) -> int:
-    """Send requests as batches, one chain per batch, each on its priority's queue.
-
-    Hosts are interleaved so that one batch mixes hosts and its concurrent fetches are not all
-    held back by the same host's politeness limit. Returns the number of chains sent.
-    """
-    sent = 0
-    by_priority: dict[str, list[Request]] = defaultdict(list)
-    for r in requests:
-        by_priority[r.priority].append(r)
-    for priority in PRIORITIES:
-        ordered = interleave_hosts(by_priority.get(priority, []))
-        for i in range(0, len(ordered), batch_size):
-            send(crawl_id, priority, ordered[i:i + batch_size], countdown)
-            sent += 1
-    return sent
-
-
-def interleave_hosts(requests: Sequence[Request]) -> list[Request]:
-    """Round-robin over hosts, keeping each host's own order."""
-    queues: dict[str, list[Request]] = defaultdict(list)
-    for r in requests:
-        queues[host_of(r.url)].append(r)
-    if len(queues) <= 1:
-        return list(requests)
-    out: list[Request] = []
-    lists = list(queues.values())
-    for i in range(max(len(q) for q in lists)):
-        out.extend(q[i] for q in lists if i < len(q))
-    return out
 
 
 def backoff(attempt: int, options: CrawlOptions, retry_after: float | None = None) -> float:

@@ -57,6 +57,17 @@ class Allowance:
         ``private_hosts`` unset (None) falls back to the crawl's exact ``allowed_domains`` host names,
         which default to the seeds' hosts: a crawl of a site on a private address keeps working.
         """
+        cached = _ALLOWANCES.get(id(options))
+        if cached is not None and cached[0] is options:
+            return cached[1]
+        allowance = cls._build(options)
+        if len(_ALLOWANCES) > 64:
+            _ALLOWANCES.clear()
+        _ALLOWANCES[id(options)] = (options, allowance)  # the options are kept, so the id is not reused
+        return allowance
+
+    @classmethod
+    def _build(cls, options: object) -> Allowance:
         allow = bool(getattr(options, "allow_private", False))
         hosts = getattr(options, "private_hosts", None)
         if hosts is None:
@@ -66,6 +77,9 @@ class Allowance:
     def allows_host(self, host: str, port: int | None) -> bool:
         host = _norm_host(host)
         return host in self.private_hosts or (port is not None and f"{host}:{port}" in self.private_hosts)
+
+
+_ALLOWANCES: dict[int, tuple[object, Allowance]] = {}  # a crawl's options -> its allowance, built once
 
 
 def _norm_host(host: str) -> str:

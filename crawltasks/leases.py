@@ -1,9 +1,14 @@
-"""The reclaimer: requests whose lease expired unfinished are sent again.
+"""The reclaimer: requests whose worker died go back to the frontier within seconds.
 
-Celery redelivers a task whose pool child died, but a message taken by a worker that died whole
-waits for the broker's visibility timeout (hours), and one lost with a broker restart never comes
-back. Every request in flight holds a lease in Redis; workers run this loop and re-send what
-nobody finished. The store's upsert and the once-only finish make a duplicate harmless.
+A request taken from the frontier holds a claim until it is finished: unowned while its message
+waits in the broker, then owned by the worker process handling it (``liveness`` tells which are
+alive). Celery redelivers a task whose pool child died, but a message taken by a worker that died
+whole waits for the broker's visibility timeout (hours), and one lost with a broker restart never
+comes back. So every worker runs this loop: a claim whose owner stopped heart-beating, an unowned
+one nobody took up within ``dispatch_lease()``, or one older than the crawl's ``lease_time`` (a hung
+worker) goes back to the front of its host's queue. Each loss with a dead worker is counted in the
+request, so a page that kills its worker every time ends ``worker_lost`` instead of looping. The
+store's upsert and the once-only finish make a duplicate harmless.
 """
 
 from __future__ import annotations
@@ -12,41 +17,44 @@ import logging
 import os
 import threading
 
-from .frontier import Sender, dispatch
-from .models import Request
 from .runtime import Runtime, current
 
 log = logging.getLogger("crawltasks")
 
-RECLAIM_STATES = ("running", "cancelling")  # a paused crawl's leases wait for resume
+RECLAIM_STATES = ("running", "cancelling")  # a paused crawl's claims are given back by its workers
 
 
 def reclaim_interval() -> float:
-    return float(os.environ.get("CRAWLTASKS_RECLAIM_INTERVAL", "15"))
+    return float(os.environ.get("CRAWLTASKS_RECLAIM_INTERVAL", "5"))
 
 
-def reclaim_crawl(rt: Runtime, crawl_id: str, send: Sender) -> int:
-    """Re-send the crawl's requests whose lease expired; returns how many."""
+def dispatch_lease() -> float:
+    """Seconds a dispatched request may wait in the broker before it is sent again (its first
+    message, if it ever arrives, finds its claim gone and is dropped)."""
+    return float(os.environ.get("CRAWLTASKS_DISPATCH_LEASE", "10"))
+
+
+def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str]) -> int:
+    """Put the crawl's lost claims back in the frontier; returns how many."""
     state = rt.state
     if state.state_of(crawl_id) not in RECLAIM_STATES:
         if state.is_finished(crawl_id):
             state.forget_active(crawl_id)
         return 0
-    options = rt.options(crawl_id)
-    expired = [Request.from_dict(r) for r in state.reclaim(crawl_id, 3 * options.lease_time)]
-    if expired:
-        log.warning("crawl %s: %d request(s) outlived their lease; sending them again", crawl_id, len(expired),
-                    extra={"crawl_id": crawl_id})
-        state.incr(crawl_id, reclaimed=len(expired))
-        dispatch(crawl_id, expired, options.batch_size, send)
-    return len(expired)
+    back = rt.frontier.reclaim(crawl_id, live, dispatch_lease(), rt.options(crawl_id).lease_time)
+    if back:
+        log.warning("crawl %s: %d request(s) lost with their worker or message; back in the frontier",
+                    crawl_id, back, extra={"crawl_id": crawl_id})
+        state.incr(crawl_id, reclaimed=back)
+    return back
 
 
-def reclaim_all(rt: Runtime, send: Sender) -> int:
+def reclaim_all(rt: Runtime) -> int:
+    live, _ = rt.fleet().read()
     total = 0
     for crawl_id in rt.state.active_crawls():
         try:
-            total += reclaim_crawl(rt, crawl_id, send)
+            total += reclaim_crawl(rt, crawl_id, live)
         except LookupError:  # a crawl deleted meanwhile
             continue
     return total
@@ -55,8 +63,7 @@ def reclaim_all(rt: Runtime, send: Sender) -> int:
 class Reclaimer:
     """A daemon thread running reclaim_all every interval, until stopped."""
 
-    def __init__(self, send: Sender, interval: float | None = None) -> None:
-        self.send = send
+    def __init__(self, interval: float | None = None) -> None:
         self.interval = reclaim_interval() if interval is None else interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="crawltasks-reclaimer", daemon=True)
@@ -72,6 +79,6 @@ class Reclaimer:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                reclaim_all(current(), self.send)
+                reclaim_all(current())
             except Exception as exc:  # noqa: BLE001 - Redis away for a while: try again next round
                 log.warning("reclaimer: %r", exc)

@@ -23,7 +23,7 @@ import celeryconfig
 from .embedded import EmbeddedError, stop_process
 from .settings import Settings
 
-ALL_QUEUES = [q.name for q in celeryconfig.task_queues]  # store and parse first: see celeryconfig
+ALL_QUEUES = [q.name for q in celeryconfig.task_queues]  # in the order of celeryconfig
 
 
 class InProcessWorker:
@@ -47,23 +47,27 @@ class InProcessWorker:
         self._thread = threading.Thread(target=self.worker.start, name="celery-worker", daemon=True)
 
     def start(self, timeout: float = 30) -> None:
-        from .leases import Reclaimer
-        from .tasks import send_batch
+        """Start consuming, with the services of a worker (``celery worker`` starts them on its
+        worker_ready signal, which a bare WorkController does not send)."""
+        from . import runtime
+        from .tasks import start_services
 
         self._thread.start()
         if not self._started.wait(timeout):
             raise EmbeddedError("the in-process Celery worker did not start")
-        self._reclaimer = Reclaimer(send_batch).start()
+        start_services(runtime.current().settings.fetch_concurrency)
 
     def stop(self, timeout: float = 30) -> None:
-        """Ask the worker's own loop to shut down (closing it from this thread races with the loop)."""
+        """Ask the worker's own loop to shut down (closing it from this thread races with the loop),
+        then stop its services."""
         from celery.worker import state
 
-        if getattr(self, "_reclaimer", None) is not None:
-            self._reclaimer.stop()
+        from .tasks import stop_services
+
         state.should_terminate = 0
         self._thread.join(timeout)
         state.should_terminate = None
+        stop_services()
 
 
 class ForkedWorker:

@@ -4,63 +4,13 @@ Kept apart from the Python that calls them so each side stays readable; key name
 ``redisstate.Keys`` and passed in as KEYS.
 """
 
-# KEYS: seen, stats, per-host counts, leases, inflight, hosts. ARGV: max_pages, max_per_host (0 = no cap),
-# lease_ms, then fp, host, ticket, request JSON per request ("!" before fp: dont_filter).
-# A new request is marked seen and leased in the same step, so no crash can leave it seen but unsent:
-# if its chain is never published, the reclaimer sends it. Returns per request 1 new, 0 duplicate,
-# 2 over max_pages, 3 over max_per_host.
-SCHEDULE = """
-local max_pages, max_host = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = redis.call('TIME')
-local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[3])
-local scheduled = tonumber(redis.call('HGET', KEYS[2], 'scheduled') or '0')
-local flags, counts = {}, {0, 0, 0, 0}
-for i = 4, #ARGV, 4 do
-  local fp, host = ARGV[i], ARGV[i + 1]
-  local force = string.sub(fp, 1, 1) == '!'
-  if force then fp = string.sub(fp, 2) end
-  local flag = 1
-  if not force and max_pages == 0 and max_host == 0 then
-    if redis.call('SADD', KEYS[1], fp) == 0 then flag = 0 end
-  elseif not force and redis.call('SISMEMBER', KEYS[1], fp) == 1 then flag = 0
-  elseif max_pages > 0 and scheduled + counts[2] >= max_pages then flag = 2
-  elseif max_host > 0 and tonumber(redis.call('HGET', KEYS[3], host) or '0') >= max_host then flag = 3
-  else
-    redis.call('SADD', KEYS[1], fp)
-    if max_host > 0 then redis.call('HINCRBY', KEYS[3], host, 1) end
-  end
-  if flag == 1 then
-    redis.call('SADD', KEYS[6], host)
-    redis.call('ZADD', KEYS[4], deadline, ARGV[i + 2])
-    if ARGV[i + 3] ~= '' then redis.call('HSET', KEYS[5], ARGV[i + 2], ARGV[i + 3]) end
-  end
-  flags[#flags + 1] = flag
-  counts[flag + 1] = counts[flag + 1] + 1
-end
-if counts[2] > 0 then
-  redis.call('HINCRBY', KEYS[2], 'scheduled', counts[2])
-  redis.call('HINCRBY', KEYS[2], 'pending', counts[2])
-end
-if counts[1] > 0 then redis.call('HINCRBY', KEYS[2], 'duplicates', counts[1]) end
-if counts[3] > 0 then
-  redis.call('HINCRBY', KEYS[2], 'filtered', counts[3])
-  redis.call('HINCRBY', KEYS[2], 'filtered_max_pages', counts[3])
-end
-if counts[4] > 0 then
-  redis.call('HINCRBY', KEYS[2], 'filtered', counts[4])
-  redis.call('HINCRBY', KEYS[2], 'filtered_max_pages_per_host', counts[4])
-end
-return flags
-"""
-
-# KEYS: outcome, stats, meta, leases, inflight. ARGV: ticket, outcome, ticket, outcome, ...
-# A ticket is counted once, whatever the replays, and its lease ends. Returns {newly finished,
-# crawl finished now (0/1)}.
+# KEYS: outcome, stats, meta, claims. ARGV: ticket, outcome, lease, ticket, outcome, lease, ...
+# A ticket is counted once, whatever the replays, and its claim in the frontier ends. Returns
+# {newly finished, crawl finished now (0/1)}.
 FINISH = """
 local done = 0
-for i = 1, #ARGV, 2 do
-  redis.call('ZREM', KEYS[4], ARGV[i])
-  redis.call('HDEL', KEYS[5], ARGV[i])
+for i = 1, #ARGV, 3 do
+  if ARGV[i + 2] ~= '' then redis.call('HDEL', KEYS[4], ARGV[i + 2]) end
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     redis.call('HINCRBY', KEYS[2], ARGV[i + 1], 1)
     done = done + 1
@@ -78,41 +28,6 @@ if pending <= 0 then
   end
 end
 return {done, 0}
-"""
-
-# KEYS: leases, inflight, outcome. ARGV: lease_ms, then ticket, request JSON ("" keeps the saved one).
-# Takes or renews the lease of requests not yet finished.
-LEASE = """
-local t = redis.call('TIME')
-local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
-for i = 2, #ARGV, 2 do
-  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
-    redis.call('ZADD', KEYS[1], deadline, ARGV[i])
-    if ARGV[i + 1] ~= '' then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-  end
-end
-return 1
-"""
-
-# KEYS: leases, inflight, outcome. ARGV: lease_ms, max. Expired leases of unfinished requests are
-# renewed and their requests returned (to be sent again); finished ones are dropped. Atomic, so two
-# reclaimers never send the same request twice.
-RECLAIM = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for _, ticket in ipairs(expired) do
-  local req = redis.call('HGET', KEYS[2], ticket)
-  if redis.call('HEXISTS', KEYS[3], ticket) == 1 or not req then
-    redis.call('ZREM', KEYS[1], ticket)
-    redis.call('HDEL', KEYS[2], ticket)
-  else
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ticket)
-    out[#out + 1] = req
-  end
-end
-return out
 """
 
 # KEYS: outcome, stats, meta. ARGV: tickets. Failed tickets become pending again (retry-failed);
@@ -135,23 +50,12 @@ end
 return flags
 """
 
-# KEYS: meta, parked. ARGV: from-states (comma separated), to-state.
-# Moves the crawl's state when it is in one of from-states; returns {changed, parked batches (drained
-# unless the new state is paused)}.
+# KEYS: meta. ARGV: from-states (comma separated), to-state. Moves the crawl's state when it is in
+# one of from-states; returns 1 if it did.
 CONTROL = """
 local state = redis.call('HGET', KEYS[1], 'state') or ''
-if not string.find(',' .. ARGV[1] .. ',', ',' .. state .. ',', 1, true) then return {0, {}} end
+if not string.find(',' .. ARGV[1] .. ',', ',' .. state .. ',', 1, true) then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])
-if ARGV[2] == 'paused' then return {1, {}} end
-local parked = redis.call('LRANGE', KEYS[2], 0, -1)
-redis.call('DEL', KEYS[2])
-return {1, parked}
-"""
-
-# KEYS: meta, parked. ARGV: batch JSON. Parks the batch only while the crawl is paused (1), else 0.
-PARK = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'paused' then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
 return 1
 """
 
@@ -199,4 +103,15 @@ if extra > 0 then
   else redis.call('SET', KEYS[2], extra, 'PX', math.max(extra * 10, 10000)) end
 end
 return extra
+"""
+
+# KEYS: host next. ARGV: delay_ms. A request of the host really started now (later than its slot was
+# granted): the next one may not start before now + delay, whatever the grant said.
+HOST_STARTED = """
+local t = redis.call('TIME')
+local until_ms = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+if until_ms > tonumber(redis.call('GET', KEYS[1]) or '0') then
+  redis.call('SET', KEYS[1], until_ms, 'PX', tonumber(ARGV[1]))
+end
+return 1
 """

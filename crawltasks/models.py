@@ -13,7 +13,9 @@ class Request:
     """One URL to fetch, with what the crawl knows about it.
 
     ``fp`` is the dedupe fingerprint; ``ticket`` identifies this scheduling of it for the counters
-    (equal to ``fp`` unless ``dont_filter`` lets the same URL be scheduled again).
+    (equal to ``fp`` unless ``dont_filter`` lets the same URL be scheduled again). ``lease`` names its
+    claim in the frontier once it is taken to be fetched; ``lost`` counts the deliveries of it that
+    died with their worker.
     """
 
     url: str
@@ -26,6 +28,8 @@ class Request:
     ticket: str = ""
     attempt: int = 0
     referer: str | None = None
+    lease: str = ""
+    lost: int = 0
 
     def __post_init__(self) -> None:
         if self.priority not in PRIORITIES:
@@ -35,7 +39,8 @@ class Request:
         # written out: dataclasses.asdict deep-copies recursively, and this runs for every link found
         return {"url": self.url, "depth": self.depth, "priority": self.priority, "method": self.method,
                 "meta": self.meta, "dont_filter": self.dont_filter, "fp": self.fp, "ticket": self.ticket,
-                "attempt": self.attempt, "referer": self.referer}
+                "attempt": self.attempt, "referer": self.referer,
+                "lease": self.lease, "lost": self.lost}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Request:

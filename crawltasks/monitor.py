@@ -216,7 +216,7 @@ def render(snap: Snapshot, rate: float | None = None, done_rate: float | None = 
 
     counters = Table(title="counters", title_justify="left", show_header=True, header_style="bold")
     names = ("scheduled", "stored", "failed", "skipped", "pending", "duplicates", "filtered", "retried",
-             "deferred", "items")
+             "reclaimed", "items")
     for name in names:
         counters.add_column(name, justify="right")
     counters.add_row(*(str(s.get(n, 0)) for n in names))

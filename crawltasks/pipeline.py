@@ -1,6 +1,6 @@
 """The three stages as plain functions over JSON-safe values; the Celery tasks are thin wrappers.
 
-fetch_stage  -> results to parse; retries, deferrals (busy hosts) and parked batches (paused crawl)
+admit_stage  -> requests for this process's fetch engine (crawltasks.engine), and those decided at once
 parse_stage  -> {"crawl_id", "pages", "items", "records", "skipped", "body_keys"}; follow-ups scheduled
 store_stage  -> bulk writes (one document per key), then the tickets are finished in Redis (and completion may fire)
 
@@ -14,16 +14,13 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from . import logs
-from .frontier import QUEUED_LEASES, Sender, backoff, bloom_of, dispatch, schedule
+from .frontier import schedule
 from .models import Fetched, Request
 from .parse import is_html
-from .politeness import HostGate, fetch_batch
-from .robots import DENY, WAIT, Robots
 from .runtime import Runtime
 from .sitemaps import looks_like_sitemap, parse_sitemap
 from .spiders import Response, Spider, StopCrawl
@@ -32,15 +29,6 @@ from .store import FAILURES, ITEMS, PAGES
 TEXT_CAP = 200_000  # characters of visible text kept per page when a spider stores text
 SILENT_SKIPS = frozenset({"duplicate_redirect", "cancelled"})  # skipped without a record
 RECORDED_SKIPS = frozenset({"robots_disallowed", "skipped_by_hook"})  # skipped, with a record
-
-
-@dataclass
-class FetchOutcome:
-    results: list[Fetched] = field(default_factory=list)
-    retries: list[tuple[Request, float]] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)  # ticket -> why it is retried
-    deferred: list[Request] = field(default_factory=list)
-    defer_for: float = 0.0
 
 
 def _skip(req: Request, reason: str, message: str) -> Fetched:
@@ -60,85 +48,49 @@ def crawl_is_stopping(rt: Runtime, crawl_id: str, state: str) -> bool:
     return False
 
 
-def fetch_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> FetchOutcome:
-    """Fetch a batch; park bodies in Redis; sort outcomes into results, retries and deferrals."""
+def admit_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> tuple[list[Request], list[Fetched]]:
+    """What of a dispatched batch this worker fetches, and what is decided without fetching.
+
+    Requests whose claim is no longer current (the reclaimer sent them again) are dropped; a paused
+    crawl's batch goes back to the frontier; a cancelled crawl's ends skipped; ``before_request``
+    may change, skip or fail a request; one lost with its worker too often ends ``worker_lost``."""
     options, state = rt.options(crawl_id), rt.state
-    current = state.state_of(crawl_id)
-    if current == "paused":
-        if state.park(crawl_id, json.dumps([r.to_dict() for r in batch])):
-            return FetchOutcome()
-        current = state.state_of(crawl_id)  # it changed meanwhile: resumed or cancelled
-    if crawl_is_stopping(rt, crawl_id, current):
-        return FetchOutcome(results=[_skip(r, "cancelled", "the crawl was cancelled") for r in batch])
-    state.lease(crawl_id, [r.ticket for r in batch], options.lease_time)
+    current = [r for r, ok in zip(batch, rt.frontier.claim(crawl_id, [r.lease for r in batch],
+                                                          rt.heartbeat.start().id), strict=True) if ok]
+    status = state.state_of(crawl_id)
+    if status == "paused":
+        rt.frontier.give_back(crawl_id, current)
+        return [], []
+    if crawl_is_stopping(rt, crawl_id, status):
+        return [], [_skip(r, "cancelled", "the crawl was cancelled") for r in current]
     spider = rt.spider(crawl_id)
-    out = FetchOutcome()
-    robots = Robots(state, options) if options.obey_robots else None
     to_fetch: list[Request] = []
-    skips: dict[str, int] = {}
-    for req in batch:
+    decided: list[Fetched] = []
+    for req in current:
+        if req.lost >= options.max_worker_lost:
+            decided.append(Fetched(request=req, error="worker_lost", fetched_at=_now(),
+                                   message=f"its worker died {req.lost} times while it was being processed"))
+            continue
         try:
             changed = spider.before_request(req)
         except StopCrawl as exc:
             cancel(rt, crawl_id, str(exc))
-            out.results.append(_skip(req, "cancelled", f"stopped by the spider: {exc}"))
+            decided.append(_skip(req, "cancelled", f"stopped by the spider: {exc}"))
             continue
         except Exception as exc:  # user code: its failure is this request's, not the worker's
-            out.results.append(Fetched(request=req, error="hook_error", message=f"before_request: {exc!r}",
-                                       fetched_at=_now()))
+            decided.append(Fetched(request=req, error="hook_error", message=f"before_request: {exc!r}",
+                                   fetched_at=_now()))
             continue
         if changed is None:
-            out.results.append(_skip(req, "skipped_by_hook", "before_request returned None"))
-            skips["skipped_by_hook"] = skips.get("skipped_by_hook", 0) + 1
+            decided.append(_skip(req, "skipped_by_hook", "before_request returned None"))
             continue
-        changed.fp, changed.ticket, changed.attempt = req.fp, req.ticket, req.attempt  # its identity stays
-        verdict = robots.verdict(changed.url) if robots else None
-        if verdict == DENY:
-            out.results.append(_skip(req, "robots_disallowed", f"robots.txt disallows {changed.url}"))
-            skips["skipped_robots"] = skips.get("skipped_robots", 0) + 1
-        elif verdict == WAIT:
-            out.deferred.append(req)
-            out.defer_for = 0.5
-        else:
-            to_fetch.append(changed)
-    done = fetch_batch(HostGate(state, options, robots.crawl_delay if robots else None, crawl_id), to_fetch, options)
-    out.deferred += done.deferred
-    out.defer_for = max(out.defer_for, done.wait)
-    fetched = 0
-    to_park: dict[str, bytes] = {}
-    for result, body in done.fetched:
-        req = result.request
-        if result.ok:
-            fetched += 1
-            if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)):
-                result.error, result.message = "duplicate_redirect", f"redirected to {result.url}, already seen"
-            elif body is not None:
-                to_park[req.ticket] = body
-        elif result.transient and req.attempt < options.max_retries:
-            retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
-            out.retries.append((retry, backoff(req.attempt, options, result.retry_after)))
-            out.reasons[req.ticket] = result.error or ""
-            continue
-        out.results.append(result)
-    keys = state.park_bodies(crawl_id, to_park, options.body_ttl)
-    for result in out.results:
-        result.body_key = keys.get(result.request.ticket) if result.ok else None
-    state.incr(crawl_id, fetched=fetched, retried=len(out.retries), deferred=len(out.deferred), **skips)
-    return out
-
-
-def send_later(rt: Runtime, crawl_id: str, outcome: FetchOutcome, send: Sender) -> None:
-    """Put retries (with their backoff) and deferred requests back on the broker, leases renewed."""
-    options = rt.options(crawl_id)
-    queued = QUEUED_LEASES * options.lease_time
-    for req, countdown in outcome.retries:
-        rt.state.lease(crawl_id, [req.ticket], countdown + queued, [json.dumps(req.to_dict())])
-        logs.request_retry(crawl_id, req.url, outcome.reasons.get(req.ticket), req.attempt, countdown)
-        send(crawl_id, req.priority, [req], countdown)
-    if outcome.deferred:
-        countdown = max(0.05, outcome.defer_for)
-        rt.state.lease(crawl_id, [r.ticket for r in outcome.deferred], countdown + queued)
-        dispatch(crawl_id, outcome.deferred, options.batch_size, send, countdown=countdown)
+        for name in ("fp", "ticket", "attempt", "lease", "lost"):  # its identity stays
+            setattr(changed, name, getattr(req, name))
+        to_fetch.append(changed)
+    skipped = sum(f.error == "skipped_by_hook" for f in decided)
+    if skipped:
+        state.incr(crawl_id, skipped_by_hook=skipped)
+    return to_fetch, decided
 
 
 def record_doc(crawl_id: str, f: Fetched, outcome: str = "failed") -> dict[str, Any]:
@@ -148,14 +100,15 @@ def record_doc(crawl_id: str, f: Fetched, outcome: str = "failed") -> dict[str, 
         "crawl_id": crawl_id, "fp": req.fp, "ticket": req.ticket, "outcome": outcome, "url": req.url,
         "final_url": f.url, "depth": req.depth, "reason": f.error, "message": f.message, "status": f.status,
         "attempts": req.attempt + 1, "transient": f.transient, "referer": req.referer,
-        "meta": req.meta, "failed_at": f.fetched_at or _now(),
+        "meta": req.meta, "failed_at": f.fetched_at or _now(), "lease": req.lease,
     }
 
 
-def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender) -> dict[str, Any]:
+def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched]) -> dict[str, Any]:
     """Parse HTML pages with the crawl's spider, schedule what it follows, and shape documents."""
     options = rt.options(crawl_id)
     spider = rt.spider(crawl_id)
+    rt.frontier.claim(crawl_id, [f.request.lease for f in results], rt.heartbeat.start().id)  # ours now
     out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "records": [], "skipped": [],
                            "body_keys": []}
     ok = [f for f in results if f.ok and f.body_key]
@@ -165,14 +118,14 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
     for f in results:
         req = f.request
         if f.error in SILENT_SKIPS:
-            out["skipped"].append(req.ticket)
+            out["skipped"].append([req.ticket, req.lease])
             continue
         if not f.ok:
             out["records"].append(record_doc(crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
             continue
         body = bodies.get(f.body_key) if f.body_key else b""
         if body is None and rt.state.outcome_of(crawl_id, req.ticket):
-            out["skipped"].append(req.ticket)  # a replay: the first delivery stored it and dropped the body
+            out["skipped"].append([req.ticket, req.lease])  # a replay: stored by the first delivery
             continue
         if body is None:
             f.error, f.message = "body_expired", "the fetched body expired before it was parsed"
@@ -180,8 +133,8 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
             continue
         out["body_keys"].append(f.body_key)
         page = {
-            "crawl_id": crawl_id, "fp": f.fp, "ticket": req.ticket, "url": f.url, "status": f.status,
-            "depth": req.depth, "title": None, "content_type": f.content_type, "outlinks": 0,
+            "crawl_id": crawl_id, "fp": f.fp, "ticket": req.ticket, "lease": req.lease, "url": f.url,
+            "status": f.status, "depth": req.depth, "title": None, "content_type": f.content_type, "outlinks": 0,
             "size": f.size, "fetched_at": f.fetched_at, "elapsed": f.elapsed, "referer": req.referer,
         }
         if f.url != req.url:
@@ -207,7 +160,7 @@ def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched], send: Sender
         out["pages"].append(page)
     rt.state.incr(crawl_id, parsed=parsed, items=len(out["items"]))
     if follow:
-        schedule(rt.state, crawl_id, follow, options, send)
+        schedule(rt.state, rt.frontier, crawl_id, follow, options)
     return out
 
 
@@ -252,30 +205,32 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     """Upsert pages, items and records; only then count them done. True if the crawl just finished."""
     storage, state, spider = rt.storage, rt.state, rt.spider(crawl_id)
     pages = parsed["pages"]
+    leases = [p["lease"] for p in pages] + [r["lease"] for r in parsed["records"]]
+    rt.frontier.claim(crawl_id, leases + [lease for _, lease in parsed["skipped"]], rt.heartbeat.start().id)
     html_keys = [p["body_key"] for p in pages if p.get("body_key")]
     html = dict(zip(html_keys, state.load_bodies(html_keys), strict=True))
-    outcomes: list[tuple[str, str]] = []
+    outcomes: list[tuple[str, str, str]] = []
     page_docs: list[dict[str, Any]] = []
     for page in pages:
         page = dict(page)
-        ticket = page.pop("ticket")
+        ticket, lease = page.pop("ticket"), page.pop("lease")
         key = page.pop("body_key", None)
         if key and html.get(key) is not None:
             page["html"] = html[key].decode("utf-8", "replace")
         kept = spider.before_store("page", page)
         if kept is not None:
             page_docs.append(kept)
-        outcomes.append((ticket, "stored" if kept is not None else "skipped"))
+        outcomes.append((ticket, "stored" if kept is not None else "skipped", lease))
     items = [d for d in (spider.before_store("item", dict(i)) for i in parsed["items"]) if d is not None]
     records = [dict(r) for r in parsed["records"]]
     for record in records:
-        outcomes.append((record["ticket"], record["outcome"]))
+        outcomes.append((record["ticket"], record["outcome"], record.pop("lease", "")))
     storage.add(PAGES, page_docs)
     storage.add(ITEMS, items)
     storage.add(FAILURES, records)
     storage.flush()
     spider.after_store(page_docs, items)
-    outcomes += [(t, "skipped") for t in parsed["skipped"]]
+    outcomes += [(ticket, "skipped", lease) for ticket, lease in parsed["skipped"]]
     options = rt.options(crawl_id)
     if options.visit_ttl:  # recorded before the pages count done: a finished crawl owes nothing more
         state.mark_visited(options.spider, [p["fp"] for p in page_docs])
@@ -290,12 +245,13 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
 
 
 def cancel(rt: Runtime, crawl_id: str, reason: str = "") -> bool:
-    """Cancel a crawl: queued batches end as skipped when they reach a worker; parked ones at once."""
-    changed, parked = rt.state.control(crawl_id, ["running", "paused"], "cancelling")
+    """Cancel a crawl: what waits in the frontier ends skipped now, what is in flight when it reaches
+    its next stage; the crawl then finishes, cancelled."""
+    changed = rt.state.control(crawl_id, ["running", "paused"], "cancelling")
     if changed:
         logs.event("crawl.cancelled", logging.WARNING, crawl_id=crawl_id, reason=reason or None)
-    tickets = [Request.from_dict(r).ticket for batch in parked for r in json.loads(batch)]
-    rt.state.finish(crawl_id, [(t, "skipped") for t in tickets])
+    rt.frontier.drop_queued(crawl_id)
+    rt.state.check_finished(crawl_id)
     return changed
 
 

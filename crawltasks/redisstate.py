@@ -24,6 +24,7 @@ from . import lua
 from .bloom import BloomFilter
 
 PREFIX = "ct"
+MAX_CONNECTIONS = 2048  # Redis connections one process's client may open (they are made only as needed)
 
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
@@ -42,10 +43,9 @@ def unpack_body(data: bytes) -> bytes:
 # Counters of one crawl. Invariant: scheduled == stored + failed + skipped + pending.
 COUNTERS = (
     "scheduled", "pending", "fetched", "parsed", "stored", "failed", "skipped",
-    "duplicates", "filtered", "retried", "deferred", "items", "reclaimed", "redriven",
+    "duplicates", "filtered", "retried", "items", "reclaimed", "redriven",
 )
 OUTCOMES = ("stored", "failed", "skipped")
-NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # schedule() verdicts
 
 
 _tokens = itertools.count()
@@ -106,19 +106,41 @@ class Keys:
     def host_counts(crawl_id: str) -> str:  # hash host -> requests scheduled (max_pages_per_host)
         return f"{PREFIX}:{{{crawl_id}}}:hosts"
 
+    # --- the per-host frontier (crawltasks.redisfrontier) ---
     @staticmethod
-    def leases(crawl_id: str) -> str:  # zset ticket -> lease deadline (ms) of requests in flight
-        return f"{PREFIX}:{{{crawl_id}}}:leases"
+    def queue_prefix(crawl_id: str) -> str:  # + "<host>:<h|d|l>": list of queued requests (hostqueues.encode)
+        return f"{PREFIX}:{{{crawl_id}}}:q:"
 
     @staticmethod
-    def inflight(crawl_id: str) -> str:  # hash ticket -> request JSON (with its retry count), for the reclaimer
-        return f"{PREFIX}:{{{crawl_id}}}:inflight"
+    def ready(crawl_id: str) -> str:  # zset host -> time (ms) it may be fetched; hosts with queued requests
+        return f"{PREFIX}:{{{crawl_id}}}:ready"
+
+    @staticmethod
+    def frontier(crawl_id: str) -> str:  # hash: queued, outstanding (taken, not yet fetched), seq
+        return f"{PREFIX}:{{{crawl_id}}}:frontier"
+
+    @staticmethod
+    def busy(crawl_id: str) -> str:  # hash host -> the crawl's requests in flight there
+        return f"{PREFIX}:{{{crawl_id}}}:busy"
+
+    @staticmethod
+    def host_next_at(crawl_id: str) -> str:  # hash host -> earliest time (ms) of its next request
+        return f"{PREFIX}:{{{crawl_id}}}:hostnext"
+
+    @staticmethod
+    def host_limits(crawl_id: str) -> str:  # hash host -> "concurrency,delay_ms,random_ms" (rules, Crawl-delay)
+        return f"{PREFIX}:{{{crawl_id}}}:hostlimits"
+
+    @staticmethod
+    def claims(crawl_id: str) -> str:  # hash lease -> claim of a request taken and not finished (frontierlua)
+        return f"{PREFIX}:{{{crawl_id}}}:claims"
+
+    # --- workers ---
+    workers = f"{PREFIX}:workers"  # zset worker process id -> last heartbeat (ms)
+    capacity = f"{PREFIX}:workers:capacity"  # hash worker id -> requests its fetch engine takes at once
+    dispatcher = f"{PREFIX}:dispatcher"  # the worker that dispatches now (a lock with a short TTL)
 
     active = f"{PREFIX}:active"  # set of crawls not finished: what the reclaimer looks at
-
-    @staticmethod
-    def parked(crawl_id: str) -> str:  # list of request batches (JSON) held while the crawl is paused
-        return f"{PREFIX}:{{{crawl_id}}}:parked"
 
     @staticmethod
     def robots(origin: str) -> str:  # robots.txt text of scheme://host:port, with a TTL
@@ -149,19 +171,18 @@ class RedisState:
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._schedule = client.register_script(lua.SCHEDULE)
         self._finish = client.register_script(lua.FINISH)
         self._acquire_host = client.register_script(lua.ACQUIRE_HOST)
         self._host_feedback = client.register_script(lua.HOST_FEEDBACK)
+        self._host_started = client.register_script(lua.HOST_STARTED)
         self._control = client.register_script(lua.CONTROL)
-        self._park = client.register_script(lua.PARK)
-        self._lease = client.register_script(lua.LEASE)
-        self._reclaim = client.register_script(lua.RECLAIM)
         self._redrive = client.register_script(lua.REDRIVE)
 
     @classmethod
     def from_url(cls, url: str) -> RedisState:
-        return cls(redis.Redis.from_url(url, health_check_interval=30))
+        """A client whose pool has room for every thread of a fetch engine (hundreds of them):
+        redis-py's default pool raises past 100 connections."""
+        return cls(redis.Redis.from_url(url, health_check_interval=30, max_connections=MAX_CONNECTIONS))
 
     # --- crawl registry -----------------------------------------------------------------------
     def create_crawl(self, crawl_id: str, options: dict[str, Any], seeds: Sequence[str]) -> bool:
@@ -199,39 +220,15 @@ class RedisState:
     def bloom_filter(self, crawl_id: str, capacity: int, error_rate: float) -> BloomFilter:
         return BloomFilter(self.r, Keys.bloom(crawl_id), capacity, error_rate)
 
-    def schedule(self, crawl_id: str, fingerprints: Sequence[str], dont_filter: Sequence[bool],
-                 hosts: Sequence[str] | None = None, max_pages: int = 0, max_per_host: int = 0,
-                 bloom: BloomFilter | None = None, leases: Sequence[tuple[str, str]] | None = None,
-                 lease_seconds: float = 1800.0) -> list[int]:
-        """Atomically mark fingerprints seen. Per fingerprint: NEW, DUPLICATE, OVER_MAX_PAGES or OVER_HOST_CAP.
-
-        ``leases`` gives (ticket, request JSON) per fingerprint: each new one is leased in the same
-        step. With a Bloom filter the seen-set is the filter (no caps then)."""
-        if not fingerprints:
-            return []
-        leases = leases or [(fp, "") for fp in fingerprints]
-        if bloom is not None:
-            flags = bloom.check_and_add(fingerprints, dont_filter, stats_key=Keys.stats(crawl_id))
-            fresh = [lease for lease, f in zip(leases, flags, strict=True) if f and lease[1]]
-            self.lease(crawl_id, [t for t, _ in fresh], lease_seconds, [j for _, j in fresh])
-            return [NEW if f else DUPLICATE for f in flags]
-        hosts = hosts or [""] * len(fingerprints)
-        args: list[str | int] = [max_pages or 0, max_per_host or 0, int(lease_seconds * 1000)]
-        for fp, force, host, (ticket, raw) in zip(fingerprints, dont_filter, hosts, leases, strict=True):
-            args += [("!" + fp) if force else fp, host, ticket, raw]
-        keys = [Keys.seen(crawl_id), Keys.stats(crawl_id), Keys.host_counts(crawl_id), Keys.leases(crawl_id),
-                Keys.inflight(crawl_id), Keys.hosts(crawl_id)]
-        return [int(f) for f in self._schedule(keys=keys, args=args)]
-
-    def finish(self, crawl_id: str, outcomes: Iterable[tuple[str, str]]) -> tuple[int, bool]:
-        """Record final outcomes (ticket, outcome); returns (newly counted, crawl finished now)."""
+    def finish(self, crawl_id: str, outcomes: Iterable[tuple[str, str, str]]) -> tuple[int, bool]:
+        """Record final outcomes (ticket, outcome, lease) and end the requests' claims in the frontier;
+        returns (newly counted, crawl finished now)."""
         args: list[str] = []
-        for ticket, outcome in outcomes:
+        for ticket, outcome, lease in outcomes:
             if outcome not in OUTCOMES:
                 raise ValueError(f"unknown outcome {outcome!r}")
-            args += [ticket, outcome]
-        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id), Keys.leases(crawl_id),
-                Keys.inflight(crawl_id)]
+            args += [ticket, outcome, lease]
+        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id), Keys.claims(crawl_id)]
         done, finished = self._finish(keys=keys, args=args)
         if finished:
             self.r.srem(Keys.active, crawl_id)
@@ -270,26 +267,7 @@ class RedisState:
             return bloom.add(fp)
         return bool(self.r.sadd(Keys.seen(crawl_id), fp))
 
-    # --- leases of requests in flight -----------------------------------------------------------
-    def lease(self, crawl_id: str, tickets: Sequence[str], seconds: float, requests_json: Sequence[str] = ()) -> None:
-        """Take or renew leases; with requests_json, also save the requests for the reclaimer."""
-        if not tickets:
-            return
-        args: list[str | int] = [int(seconds * 1000)]
-        saved = list(requests_json) or [""] * len(tickets)
-        for ticket, raw in zip(tickets, saved, strict=True):
-            args += [ticket, raw]
-        self._lease(keys=[Keys.leases(crawl_id), Keys.inflight(crawl_id), Keys.outcome(crawl_id)], args=args)
-
-    def reclaim(self, crawl_id: str, seconds: float, limit: int = 1000) -> list[dict[str, Any]]:
-        """Requests whose lease expired unfinished (their worker died or their message was lost)."""
-        raw = self._reclaim(keys=[Keys.leases(crawl_id), Keys.inflight(crawl_id), Keys.outcome(crawl_id)],
-                            args=[int(seconds * 1000), limit])
-        return [json.loads(r) for r in raw]
-
-    def leased(self, crawl_id: str) -> int:
-        return int(self.r.zcard(Keys.leases(crawl_id)))
-
+    # --- crawls not finished ---------------------------------------------------------------------
     def active_crawls(self) -> list[str]:
         return sorted(c.decode() for c in self.r.smembers(Keys.active))
 
@@ -393,16 +371,22 @@ class RedisState:
         args = ["slow", int(wait * 1000)] if slow else ["ok", 0]
         return int(self._host_feedback(keys=[Keys.host_next(host), Keys.host_backoff(host)], args=args)) / 1000
 
-    # --- crawl control --------------------------------------------------------------------------
-    def control(self, crawl_id: str, from_states: Sequence[str], to_state: str) -> tuple[bool, list[str]]:
-        """Change a crawl's state if it is in from_states; returns (changed, parked batches drained)."""
-        changed, parked = self._control(keys=[Keys.meta(crawl_id), Keys.parked(crawl_id)],
-                                        args=[",".join(from_states), to_state])
-        return bool(changed), [p.decode() for p in parked]
+    def host_started(self, host: str, delay: float) -> None:
+        """A request of the host started only now: its next one waits ``delay`` from now."""
+        if delay > 0:
+            self._host_started(keys=[Keys.host_next(host)], args=[int(delay * 1000)])
 
-    def park(self, crawl_id: str, batch_json: str) -> bool:
-        """Hold a batch while the crawl is paused; False if it is no longer paused."""
-        return bool(self._park(keys=[Keys.meta(crawl_id), Keys.parked(crawl_id)], args=[batch_json]))
+    # --- crawl control --------------------------------------------------------------------------
+    def control(self, crawl_id: str, from_states: Sequence[str], to_state: str) -> bool:
+        """Change a crawl's state if it is in from_states; True if it did."""
+        return bool(self._control(keys=[Keys.meta(crawl_id)], args=[",".join(from_states), to_state]))
+
+    def states_of(self, crawl_ids: Sequence[str]) -> list[str]:
+        """The states of several crawls, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for crawl_id in crawl_ids:
+            pipe.hget(Keys.meta(crawl_id), "state")
+        return [v.decode() if v else "" for v in pipe.execute()] if crawl_ids else []
 
     def state_of(self, crawl_id: str) -> str:
         value = self.r.hget(Keys.meta(crawl_id), "state")

@@ -1,10 +1,14 @@
 """robots.txt, obeyed by default: fetched once per host by one worker, cached in Redis with a TTL,
-parsed with protego (and kept parsed per process). Crawl-delay feeds the host's shared delay."""
+parsed with protego (and kept parsed per process). Crawl-delay feeds the host's shared delay.
+
+A fetch engine asks without waiting (``known``); the one worker that wins ``lock`` fetches the file
+under the host's politeness gate like any request and ``store``s it; the others look again later."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from protego import Protego
@@ -39,9 +43,10 @@ class Robots:
         self.agent = agent
         self._parsed = _PARSED
 
-    def verdict(self, url: str) -> str:
-        """ALLOW, DENY, or WAIT while another worker is fetching the host's robots.txt."""
-        rules = self.rules(origin_of(url))
+    def verdict(self, url: str, rules: Protego | None = None) -> str:
+        """ALLOW or DENY by the origin's rules (given, or known here); WAIT while they are not known."""
+        if rules is None:
+            rules = self.known(origin_of(url))
         if rules is None:
             return WAIT
         return ALLOW if rules.can_fetch(url, self.agent) else DENY
@@ -59,33 +64,49 @@ class Robots:
         rules = self.rules(origin_of(url), wait=5.0)
         return list(rules.sitemaps) if rules is not None else []
 
-    def rules(self, origin: str, wait: float = 0.0) -> Protego | None:
+    def known(self, origin: str) -> Protego | None:
+        """The origin's rules if this process or Redis has them; never downloads."""
         cached = self._parsed.get(origin)
         if cached and cached[0] > time.monotonic():
             return cached[1]
+        text = self.state.r.get(Keys.robots(origin))
+        return None if text is None else self._remember(origin, text)
+
+    def lock(self, origin: str) -> bool:
+        """True if this caller is now the one to download the origin's robots.txt."""
+        return bool(self.state.r.set(Keys.robots_lock(origin), "1", nx=True, ex=60))
+
+    def unlock(self, origin: str) -> None:
+        self.state.r.delete(Keys.robots_lock(origin))
+
+    def rules(self, origin: str, wait: float = 0.0) -> Protego | None:
+        """The origin's rules, downloading them here if nobody else is (outside any gate: only for
+        the sitemaps of a crawl's seeds); None if another worker is still at it after ``wait`` s."""
         deadline = time.monotonic() + wait
         while True:
-            text = self.state.r.get(Keys.robots(origin))
-            if text is None and self.state.r.set(Keys.robots_lock(origin), "1", nx=True, ex=60):
+            rules = self.known(origin)
+            if rules is not None:
+                return rules
+            if self.lock(origin):
                 try:
-                    text = self._download(origin)
+                    return self._remember(origin, self.download(origin))
                 finally:
-                    self.state.r.delete(Keys.robots_lock(origin))
-            if text is not None:
-                break
+                    self.unlock(origin)
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.1)
+
+    def _remember(self, origin: str, text: str | bytes) -> Protego:
         rules = Protego.parse(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
         if len(self._parsed) > 1024:
             self._parsed.clear()
         self._parsed[origin] = (time.monotonic() + 300, rules)
         return rules
 
-    def _download(self, origin: str) -> str:
+    def download(self, origin: str, on_send: Callable[[], None] | None = None) -> str:
         """Fetch and cache robots.txt; a missing one allows everything, an unreachable one too for a while."""
         options = replace(self.options, timeout=min(self.options.timeout, 10.0), max_size=MAX_ROBOTS_SIZE)
-        fetched, body = fetch_one(Request(url=origin + "/robots.txt"), options)
+        fetched, body = fetch_one(Request(url=origin + "/robots.txt"), options, on_send)
         if fetched.ok and body is not None:
             text, ttl = body.decode("utf-8", "replace"), self.options.robots_ttl
         elif fetched.status is not None and 400 <= fetched.status < 500:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
+from .liveness import Fleet, Heartbeat
+from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
 from .spiders import Spider, resolve_spider
@@ -23,7 +26,10 @@ class Runtime:
     _storage: MongoStorage | None = None
     _options: dict[str, CrawlOptions] = field(default_factory=dict)
     _spiders: dict[str, Spider] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _frontier: RedisFrontier | None = None
+    _heartbeat: Heartbeat | None = None
+    engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
 
     @property
     def state(self) -> RedisState:
@@ -32,6 +38,26 @@ class Runtime:
                 if self._state is None:
                     self._state = RedisState.from_url(self.settings.redis_url)
         return self._state
+
+    @property
+    def frontier(self) -> RedisFrontier:
+        if self._frontier is None:
+            with self._lock:
+                if self._frontier is None:
+                    self._frontier = RedisFrontier(self.state.r)
+        return self._frontier
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """This process's heartbeat (started by whoever first claims work here)."""
+        if self._heartbeat is None:
+            with self._lock:
+                if self._heartbeat is None:
+                    self._heartbeat = Heartbeat(self.state.r)
+        return self._heartbeat
+
+    def fleet(self) -> Fleet:
+        return Fleet(self.state.r)
 
     @property
     def storage(self) -> MongoStorage:
@@ -65,6 +91,11 @@ class Runtime:
         return spider
 
     def close(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self._storage is not None:
             self._storage.client.close()
         if self._state is not None:

@@ -17,6 +17,7 @@ ENV_MONGO = "CRAWLTASKS_MONGO_URL"
 ENV_MONGO_DB = "CRAWLTASKS_MONGO_DB"
 ENV_SPIDER_MODULES = "CRAWLTASKS_SPIDER_MODULES"
 ENV_DATA_DIR = "CRAWLTASKS_DATA_DIR"
+ENV_FETCH_CONCURRENCY = "CRAWLTASKS_FETCH_CONCURRENCY"
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Settings:
     mongo_url: str = "mongodb://127.0.0.1:27017/"
     mongo_db: str = "crawltasks"
     spider_modules: list[str] = field(default_factory=list)
+    fetch_concurrency: int = 512  # requests a worker process's fetch engine has in flight at most
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -41,12 +43,17 @@ class Settings:
             mongo_url=env.get(ENV_MONGO) or cls.mongo_url,
             mongo_db=env.get(ENV_MONGO_DB) or cls.mongo_db,
             spider_modules=modules,
+            fetch_concurrency=int(env.get(ENV_FETCH_CONCURRENCY) or cls.fetch_concurrency),
         )
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that ``from_env`` reads back as these settings (for workers)."""
         return {ENV_BROKER: self.broker_url or "", ENV_REDIS: self.redis_url, ENV_MONGO: self.mongo_url,
-                ENV_MONGO_DB: self.mongo_db, ENV_SPIDER_MODULES: ",".join(self.spider_modules)}
+                ENV_MONGO_DB: self.mongo_db, ENV_SPIDER_MODULES: ",".join(self.spider_modules),
+                ENV_FETCH_CONCURRENCY: str(self.fetch_concurrency)}
+
+
+RETIRED = frozenset({"fetch_threads"})  # options of earlier versions, ignored in saved crawls
 
 
 @dataclass
@@ -60,7 +67,6 @@ class CrawlOptions:
     retry_base: float = 1.0  # seconds; countdown = retry_base * 2**attempt, capped by retry_cap
     retry_cap: float = 60.0  # kept far below the broker's visibility timeout
     batch_size: int = 16  # requests per fetch -> parse -> store chain
-    fetch_threads: int = 8  # concurrent HTTP requests inside one fetch task
     host_concurrency: int = 2  # requests in flight per host, across all workers
     host_delay: float = 0.5  # seconds between two request starts on one host, across all workers
     timeout: float = 20.0  # seconds for one whole response, connect to last byte
@@ -76,8 +82,8 @@ class CrawlOptions:
     allow_private: bool = False  # let links and redirects reach private/loopback/link-local addresses
     private_hosts: list[str] | None = None  # hosts allowed although private: the seeds' own (filled at start)
     body_ttl: int = 3600  # seconds a fetched body waits in Redis for its parse task
-    lease_time: float = 600.0  # seconds a taken batch may take to be stored before it is sent again;
-    # a request waiting in a queue has three times as long
+    lease_time: float = 600.0  # seconds a request may take from fetch to store, however alive its worker
+    max_worker_lost: int = 3  # deliveries of a request that may die with their worker before it fails
     # politeness, shared by all workers through Redis
     host_random_delay: float = 0.0  # up to this many seconds added at random to host_delay
     max_retry_after: float = 300.0  # the longest a Retry-After (429/503) holds a host, whatever it asks
@@ -105,7 +111,7 @@ class CrawlOptions:
         _check(self.max_depth is None or self.max_depth >= 0, "max_depth must be >= 0")
         _check(self.max_retries >= 0, "max_retries must be >= 0")
         _check(self.batch_size >= 1, "batch_size must be >= 1")
-        _check(self.fetch_threads >= 1, "fetch_threads must be >= 1")
+        _check(self.max_worker_lost >= 1, "max_worker_lost must be >= 1")
         _check(self.host_concurrency >= 1, "host_concurrency must be >= 1")
         _check(self.host_delay >= 0, "host_delay must be >= 0")
         _check(self.timeout > 0, "timeout must be > 0")
@@ -129,6 +135,7 @@ class CrawlOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CrawlOptions:
         known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k not in RETIRED}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown crawl option(s): {', '.join(unknown)}")

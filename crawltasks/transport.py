@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.cookiejar import DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 _local = threading.local()
+POOL_HOSTS = 2048  # hosts whose idle connections a process keeps (a broad crawl talks to many at once)
+POOL_PER_HOST = 8  # idle connections kept per host; more may be open, they are closed when done
 
 
 class Watch:
@@ -38,7 +41,16 @@ class Watch:
         self.sock: socket.socket | None = None
         self.expired = False
         self.done = False
+        # called just before the first request goes out and again once it is out (then dropped)
+        self.on_send: Callable[[], None] | None = None
         self._lock = threading.Lock()
+
+    def sending(self, done: bool) -> None:
+        hook = self.on_send
+        if done:
+            self.on_send = None
+        if hook is not None:
+            hook()
 
     def attach(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -139,7 +151,12 @@ class _WatchedMixin:
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         self._attach()
+        watch = getattr(_local, "watch", None)
+        if watch is not None:
+            watch.sending(done=False)
         super().request(*args, **kwargs)  # type: ignore[misc]
+        if watch is not None:  # once the request is out: its start is known to be no later than now
+            watch.sending(done=True)
         self._attach()
 
     def _attach(self) -> None:
@@ -181,19 +198,30 @@ class _Adapter(HTTPAdapter):
         return manager
 
 
+_shared: tuple[int, requests.Session] | None = None
+_shared_lock = threading.Lock()
+
+
 def session() -> requests.Session:
-    """One pooled session per thread: connections are reused, sessions are not shared. It keeps no
-    cookies: a thread serves many crawls, and a request's cookies are its crawl's (see identity)."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
-        s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = _Adapter(pool_connections=32, pool_maxsize=32, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        _local.session = s
-    return s
+    """The process's pooled session, shared by its fetch threads: a host's connections are reused
+    whichever thread fetches next from it (one session per thread made nearly every request a new
+    connection in a broad crawl). Sharing is safe here: requests go straight to the adapter (see
+    ``send``), whose pool manager is thread-safe, and no cookie jar is ever touched. It keeps no
+    cookies: the process serves many crawls, and a request's cookies are its crawl's (see identity)."""
+    global _shared
+    shared = _shared
+    if shared is not None and shared[0] == os.getpid():
+        return shared[1]
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():  # first use, or a forked child
+            s = requests.Session()
+            s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
+            s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+            adapter = _Adapter(pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0)
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
+            _shared = (os.getpid(), s)
+        return _shared[1]
 
 
 BASE_HEADERS = requests.utils.default_headers()  # Accept-Encoding and keep-alive; identity adds the rest

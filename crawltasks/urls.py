@@ -127,14 +127,22 @@ def host_key(url: str) -> str:
     return f"{(parts.hostname or '').lower()}:{port}"
 
 
-def in_domains(host: str, domains: Iterable[str]) -> bool:
-    """True when host is one of the domains or a subdomain of one."""
+def in_domains(host: str, domains: Iterable[str] | frozenset[str]) -> bool:
+    """True when host is one of the domains or a subdomain of one (``domains`` may be a
+    ``domain_set``: a crawl of many seed hosts checks each link against all of them)."""
+    names = domains if isinstance(domains, frozenset) else domain_set(tuple(domains))
     host = host.lower().rstrip(".")
-    for domain in domains:
-        domain = domain.lower().lstrip(".").rstrip(".")
-        if host == domain or host.endswith("." + domain):
+    while host:
+        if host in names:
             return True
+        host = host.partition(".")[2]
     return False
+
+
+@lru_cache(maxsize=64)
+def domain_set(domains: tuple[str, ...]) -> frozenset[str]:
+    """The domains as ``in_domains`` looks them up: lowercase, no dots at either end."""
+    return frozenset(d.lower().strip(".") for d in domains if d.strip("."))
 
 
 # A root-relative reference whose path and query urljoin leaves as they are ("/docs/a?page=2").

@@ -1,16 +1,14 @@
-"""The Redis Bloom filter against the machine's real Redis, in a database of its own (10)."""
+"""The Redis Bloom filter against the test Redis (CRAWLTASKS_TEST_REDIS), in keys of its own."""
 
 from __future__ import annotations
 
 import hashlib
-import os
+import uuid
 
 import pytest
 import redis
 
 from crawltasks.bloom import BloomFilter, BloomParams, normalize
-
-REDIS_URL = os.environ.get("CRAWLTASKS_TEST_BLOOM_REDIS", "redis://127.0.0.1:6379/10")
 
 
 def fp(i: int, salt: str = "") -> str:
@@ -18,12 +16,16 @@ def fp(i: int, salt: str = "") -> str:
 
 
 @pytest.fixture
-def client() -> redis.Redis:
-    c = redis.Redis.from_url(REDIS_URL)
-    c.flushdb()
+def client(redis_url) -> redis.Redis:
+    """The test Redis; every key a test makes is removed after it (keys are named per test run)."""
+    c = redis.Redis.from_url(redis_url)
     yield c
-    c.flushdb()
+    for key in c.scan_iter(match=f"{PREFIX}*"):
+        c.delete(key)
     c.close()
+
+
+PREFIX = f"bloomtest-{uuid.uuid4().hex[:8]}:"
 
 
 def test_params_follow_the_textbook_formulas():
@@ -46,7 +48,7 @@ def test_normalize_keeps_hex_fingerprints_and_hashes_the_rest():
 
 
 def test_check_and_add_flags_like_the_seen_set(client):
-    bloom = BloomFilter(client, "ct:{t}:bloom", capacity=1000, error_rate=0.001)
+    bloom = BloomFilter(client, PREFIX + "{t}:bloom", capacity=1000, error_rate=0.001)
     a, b = fp(1), fp(2)
     assert bloom.check_and_add([a, b, a]) == [True, True, False]  # a repeat in one call is not new
     assert bloom.check_and_add([a, b]) == [False, False]
@@ -58,30 +60,30 @@ def test_check_and_add_flags_like_the_seen_set(client):
 
 
 def test_stats_counters_match_schedule(client):
-    bloom = BloomFilter(client, "ct:{t}:bloom", capacity=1000)
-    bloom.check_and_add([fp(1), fp(2), fp(1)], stats_key="ct:{t}:stats")
-    bloom.check_and_add([fp(2)], dont_filter=[True], stats_key="ct:{t}:stats")
-    stats = {k.decode(): int(v) for k, v in client.hgetall("ct:{t}:stats").items()}
+    bloom = BloomFilter(client, PREFIX + "{t}:bloom", capacity=1000)
+    bloom.check_and_add([fp(1), fp(2), fp(1)], stats_key=PREFIX + "{t}:stats")
+    bloom.check_and_add([fp(2)], dont_filter=[True], stats_key=PREFIX + "{t}:stats")
+    stats = {k.decode(): int(v) for k, v in client.hgetall(PREFIX + "{t}:stats").items()}
     assert stats == {"scheduled": 3, "pending": 3, "duplicates": 1}
 
 
 def test_memory_is_the_bitmap_size(client):
-    bloom = BloomFilter(client, "ct:{t}:bloom", capacity=100_000, error_rate=0.01)
+    bloom = BloomFilter(client, PREFIX + "{t}:bloom", capacity=100_000, error_rate=0.01)
     bloom.check_and_add([fp(0)])
     assert client.strlen(bloom.key) == bloom.params.bytes  # allocated once, up front
     assert bloom.params.bytes <= bloom.memory_usage() < bloom.params.bytes * 1.3
 
 
 def test_a_differently_configured_worker_is_refused(client):
-    BloomFilter(client, "ct:{t}:bloom", capacity=1000).check_and_add([fp(1)])
-    other = BloomFilter(client, "ct:{t}:bloom", capacity=5000)
+    BloomFilter(client, PREFIX + "{t}:bloom", capacity=1000).check_and_add([fp(1)])
+    other = BloomFilter(client, PREFIX + "{t}:bloom", capacity=5000)
     with pytest.raises(redis.ResponseError, match="has m="):
         other.check_and_add([fp(1)])
 
 
 def test_false_positive_rate_close_to_configured_and_no_false_negatives(client):
     n, rate = 200_000, 0.01
-    bloom = BloomFilter(client, "ct:{t}:bloom", capacity=n, error_rate=rate)
+    bloom = BloomFilter(client, PREFIX + "{t}:bloom", capacity=n, error_rate=rate)
     added = [fp(i) for i in range(n)]
     taken_as_seen = 0
     for i in range(0, n, 5000):

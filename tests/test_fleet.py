@@ -46,12 +46,12 @@ def test_two_workers_respect_one_hosts_parallel_limit_and_delay(fleet, rt, crawl
         assert max_overlap(hits) <= 2, "more than host_concurrency requests at once"
         started = sorted(h.started for h in hits)
         gaps = [b - a for a, b in zip(started, started[1:], strict=False)]
-        # The gate spaces the grants 0.1 s apart; arrivals at the server jitter by a few ms either way.
+        # The gate grants a slot right before the request starts: at the server, starts are a delay
+        # apart, with 10 % allowed for clock jitter.
         assert started[-1] - started[0] >= 0.95 * 0.1 * (len(started) - 1), "faster than one request per delay"
-        assert min(gaps) >= 0.05, f"two requests far closer than host_delay: {min(gaps):.3f}s"
+        assert min(gaps) >= 0.09, f"two requests closer than host_delay: {min(gaps):.3f}s"
         print(f"two workers, one host: peak {max_overlap(hits)} in flight (limit 2), "
               f"min gap {min(gaps):.3f}s (delay 0.1s), {len(hits)} requests")
-        assert crawl.stats()["deferred"] > 0, "busy-host requests should have been deferred, not slept on"
     finally:
         server.stop()
 

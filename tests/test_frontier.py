@@ -1,4 +1,6 @@
-from crawltasks.frontier import backoff, dispatch, interleave_hosts, plan_requests
+from crawltasks.dispatcher import batches
+from crawltasks.frontier import backoff, plan_requests
+from crawltasks.hostqueues import decode, encode
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
 
@@ -21,20 +23,14 @@ def test_depth_limit_is_inclusive_and_none_means_unlimited():
     assert len(plan_requests([Request("http://s.com/", depth=99)], CrawlOptions()).accepted) == 1
 
 
-def test_dispatch_batches_by_priority_and_mixes_hosts():
-    sent = []
+def test_dispatched_requests_go_in_batches_by_priority():
     reqs = [Request(f"http://a.com/{i}") for i in range(5)] + [Request(f"http://b.com/{i}") for i in range(3)]
     reqs += [Request("http://c.com/urgent", priority="high")]
-    n = dispatch("c1", reqs, 4, lambda cid, prio, batch, cd: sent.append((prio, [r.url for r in batch])))
-    assert n == 3
+    entries = [(f"l{i}", r.priority, encode(r)) for i, r in enumerate(reqs)]
+    sent = [(prio, [decode(e).url for _, _, e in batch]) for prio, batch in batches(entries, 4)]
     assert sent[0] == ("high", ["http://c.com/urgent"])
-    assert sent[1][1] == ["http://a.com/0", "http://b.com/0", "http://a.com/1", "http://b.com/1"]
+    assert [len(b) for _, b in sent] == [1, 4, 4]
     assert sum(len(b) for _, b in sent) == 9
-
-
-def test_interleave_keeps_each_hosts_order():
-    reqs = [Request(u) for u in ("http://a/1", "http://a/2", "http://b/1", "http://a/3")]
-    assert [r.url for r in interleave_hosts(reqs)] == ["http://a/1", "http://b/1", "http://a/2", "http://a/3"]
 
 
 def test_backoff_grows_honours_retry_after_and_stays_under_the_cap():
@@ -51,6 +47,7 @@ def test_known_links_are_dropped_without_asking_redis_again(state):
     import uuid
 
     from crawltasks.frontier import KNOWN, schedule
+    from crawltasks.redisfrontier import RedisFrontier
 
     crawl_id = f"known-{uuid.uuid4().hex[:8]}"
     opts = CrawlOptions(batch_size=100)
@@ -58,14 +55,13 @@ def test_known_links_are_dropped_without_asking_redis_again(state):
     asked: list[int] = []
     real = state.seen_already
     state.seen_already = lambda cid, fps: asked.append(len(fps)) or real(cid, fps)
-    sent: list[int] = []
-    send = lambda cid, prio, batch, cd: sent.append(len(batch))  # noqa: E731
+    frontier = RedisFrontier(state.r)
     links = [Request(f"http://k.test/{i}") for i in range(30)]
-    assert schedule(state, crawl_id, links, opts, send) == 30
+    assert schedule(state, frontier, crawl_id, links, opts) == 30
     again = [Request(f"http://k.test/{i}") for i in range(40)]  # 30 known, 10 new
-    assert schedule(state, crawl_id, again, opts, send) == 10
+    assert schedule(state, frontier, crawl_id, again, opts) == 10
     assert asked == [30, 10]  # the second time only the 10 unknown ones went to Redis
-    assert state.stats(crawl_id)["duplicates"] == 30 and sent == [30, 10]
+    assert state.stats(crawl_id)["duplicates"] == 30 and frontier.sizes(crawl_id).queued == 40
     KNOWN.limit, saved = 5, KNOWN.limit  # past the bound everything is forgotten, never wrongly kept
     try:
         KNOWN.add(crawl_id, ["x"])

@@ -25,7 +25,7 @@ from .hostile import (
 MAX_RETRIES = 2
 OPTIONS = dict(
     timeout=2.0, max_size=6 * 1024 * 1024, retry_base=0.05, retry_cap=0.3, max_retries=MAX_RETRIES,
-    host_delay=0.0, host_concurrency=16, batch_size=8, fetch_threads=8, max_retry_after=1.0,
+    host_delay=0.0, host_concurrency=16, batch_size=8, max_retry_after=1.0,
     # The SSRF targets are in scope on purpose, so that only the guard stands between them and a fetch.
     allowed_domains=["127.0.0.1", *SSRF_HOSTS], private_hosts=["127.0.0.1"],
 )

@@ -1,66 +1,32 @@
-"""Leases and the reclaimer: a request whose message is lost is sent again; failures can be re-driven."""
+"""Claims and the reclaimer: a request whose message is lost is sent again; failures can be re-driven."""
 
-import threading
-import uuid
 from urllib.parse import urlsplit
 
-import pytest
 import redis
 
 from crawltasks import start_crawl
 from crawltasks.celeryapp import app
+from crawltasks.dispatcher import Dispatcher
 from crawltasks.localworkers import InProcessWorker
-from crawltasks.redisstate import RedisState
+from crawltasks.tasks import send_batch
 
 from .sites import FAST, page, serve
-
-
-@pytest.fixture
-def state(redis_url):
-    s = RedisState.from_url(redis_url)
-    cid = f"l-{uuid.uuid4().hex[:8]}"
-    s.create_crawl(cid, {}, [])
-    yield s, cid
-    s.delete_crawl(cid)
-
-
-def test_reclaim_returns_expired_unfinished_requests_once(state, redis_url):
-    s, cid = state
-    s.schedule(cid, ["a", "b", "c"], [False] * 3)
-    s.lease(cid, ["a", "b", "c"], 0.0, ['{"url": "a"}', '{"url": "b"}', '{"url": "c"}'])
-    s.finish(cid, [("b", "stored")])
-    got: list[list[dict]] = []
-
-    def grab():
-        got.append(RedisState.from_url(redis_url).reclaim(cid, 60))
-
-    threads = [threading.Thread(target=grab) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(r["url"] for batch in got for r in batch) == ["a", "c"]
-    assert s.reclaim(cid, 60) == []  # renewed for 60 s
-    assert s.leased(cid) == 2
-
-
-def test_renewing_keeps_the_saved_request_and_finish_ends_the_lease(state):
-    s, cid = state
-    s.lease(cid, ["a"], 0.0, ['{"url": "a", "attempt": 2}'])
-    s.lease(cid, ["a"], 0.0)
-    assert s.reclaim(cid, 0.0) == [{"url": "a", "attempt": 2}]
-    s.finish(cid, [("a", "failed")])
-    assert s.leased(cid) == 0 and s.reclaim(cid, 0.0) == []
+from .workers import wait_for
 
 
 def test_a_lost_message_is_sent_again_by_the_reclaimer(rt, settings, crawl_id, monkeypatch):
     monkeypatch.setenv("CRAWLTASKS_RECLAIM_INTERVAL", "0.5")
+    monkeypatch.setenv("CRAWLTASKS_DISPATCH_LEASE", "1")
     server = serve({"/": page("Home", ["/a", "/b"]), "/a": page("A"), "/b": page("B")})
-    worker = None
+    worker = dispatcher = None
+    broker = redis.Redis.from_url(settings.broker_url)
     try:
-        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, timeout=0.5, lease_time=1.0, **{
-            k: v for k, v in FAST.items() if k != "timeout"})
-        broker = redis.Redis.from_url(settings.broker_url)
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, **FAST)
+        assert rt.frontier.sizes(crawl_id).queued == 1 and not broker.llen("crawl.fetch.default")
+        rt.heartbeat.offer(4)  # a dispatcher alone: the seed leaves the frontier, nobody fetches it
+        dispatcher = Dispatcher(rt, send_batch).start()
+        assert wait_for(lambda: broker.llen("crawl.fetch.default") == 1, timeout=10)
+        dispatcher.stop()
         assert broker.delete("crawl.fetch.default") == 1  # the broker lost the seed's message
         worker = InProcessWorker(app, concurrency=2)
         worker.start()
@@ -68,10 +34,11 @@ def test_a_lost_message_is_sent_again_by_the_reclaimer(rt, settings, crawl_id, m
         assert {urlsplit(p["url"]).path for p in crawl.pages()} == {"/", "/a", "/b"}
         stats = crawl.stats()
         assert stats["reclaimed"] >= 1 and stats["stored"] == 3 and stats["pending"] == 0
-        assert rt.state.leased(crawl_id) == 0
+        assert rt.frontier.sizes(crawl_id).claimed == 0
     finally:
         if worker:
             worker.stop()
+        broker.close()
         server.stop()
 
 

@@ -5,7 +5,13 @@ import uuid
 
 import pytest
 
+from crawltasks.models import Request
+from crawltasks.redisfrontier import RedisFrontier
 from crawltasks.redisstate import RedisState, SlotRequest
+
+
+def reqs(fps, dont_filter=False):
+    return [Request(url=f"http://r.test/{fp}", fp=fp, ticket=fp, dont_filter=dont_filter) for fp in fps]
 
 
 @pytest.fixture
@@ -22,7 +28,7 @@ def test_check_and_add_is_atomic_across_concurrent_clients(redis_url, cid):
 
     def race():
         s = RedisState.from_url(redis_url)
-        wins.append(sum(s.schedule(cid, fps, [False] * len(fps))))
+        wins.append(sum(RedisFrontier(s.r).add(cid, reqs(fps))))
 
     threads = [threading.Thread(target=race) for _ in range(8)]
     for t in threads:
@@ -35,17 +41,18 @@ def test_check_and_add_is_atomic_across_concurrent_clients(redis_url, cid):
 
 
 def test_dont_filter_schedules_again(state, cid):
-    assert state.schedule(cid, ["a", "a"], [False, False]) == [True, False]
-    assert state.schedule(cid, ["a"], [True]) == [True]
+    frontier = RedisFrontier(state.r)
+    assert frontier.add(cid, reqs(["a", "a"])) == [1, 0]
+    assert frontier.add(cid, reqs(["a"], dont_filter=True)) == [1]
     assert state.stats(cid)["scheduled"] == 2
 
 
 def test_finish_counts_each_ticket_once_and_fires_completion_once(state, cid):
-    state.schedule(cid, ["a", "b", "c"], [False] * 3)
-    assert state.finish(cid, [("a", "stored")]) == (1, False)
-    assert state.finish(cid, [("a", "stored"), ("b", "failed")]) == (1, False)  # replay of a is ignored
-    assert state.finish(cid, [("c", "skipped")]) == (1, True)
-    assert state.finish(cid, [("c", "skipped")]) == (0, False)
+    RedisFrontier(state.r).add(cid, reqs(["a", "b", "c"]))
+    assert state.finish(cid, [("a", "stored", "")]) == (1, False)
+    assert state.finish(cid, [("a", "stored", ""), ("b", "failed", "")]) == (1, False)  # replay of a is ignored
+    assert state.finish(cid, [("c", "skipped", "")]) == (1, True)
+    assert state.finish(cid, [("c", "skipped", "")]) == (0, False)
     assert state.check_finished(cid) is False
     stats = state.stats(cid)
     assert (stats["stored"], stats["failed"], stats["skipped"], stats["pending"]) == (1, 1, 1, 0)
@@ -59,7 +66,7 @@ def test_nothing_scheduled_finishes_at_once(state, cid):
 
 def test_unknown_outcome_is_refused(state, cid):
     with pytest.raises(ValueError):
-        state.finish(cid, [("a", "lost")])
+        state.finish(cid, [("a", "lost", "")])
 
 
 def test_host_gate_limits_parallelism_and_spaces_requests(state):

@@ -1,0 +1,381 @@
+"""The per-host frontier: what waits to be fetched, per host, and which hosts may be fetched now.
+
+The design of polite broad crawlers since Mercator: requests wait in one queue per host (three, by
+priority: a ready host's high-priority requests leave first), and a heap of hosts keyed by the
+earliest time each may be fetched again says which hosts are ready. ``take`` hands out requests of
+ready hosts only, at most the host's concurrency in flight and one per ``delay``, and moves the host
+on by its delay; the dispatcher turns what it takes into fetch chains, so the broker holds only work
+that can start at once.
+
+A taken request holds a **claim** (its ``lease`` id) until it is finished: owned by nobody while its
+message waits in the broker, then by the worker process that handles it. The reclaimer puts back in
+its host's queue every claim whose owner stopped heart-beating, or that nobody took up in time.
+
+``Frontier`` is the port; ``RedisFrontier`` (``crawltasks.redisfrontier``) is the shared one, and
+``MemoryFrontier`` here is its in-memory twin for fast tests of the policy: both pass the same
+contract tests.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .models import PRIORITIES, Request
+from .urls import InvalidURL, canonicalize, fingerprint, host_key, raw_fingerprint
+
+NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # add() verdicts
+PRIORITY_CODES = {"high": "h", "default": "d", "low": "l"}  # the queue of each priority, first to last
+PRIORITY_NAMES = {code: name for name, code in PRIORITY_CODES.items()}
+PARKED_MS = 3_600_000  # a host at its concurrency waits this long, or until one of its fetches ends
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """How far a crawl's hosts may be pushed: requests at once, and seconds between request starts."""
+
+    concurrency: int
+    delay: float
+    random_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Scheduling caps of a crawl (0: none)."""
+
+    max_pages: int = 0
+    max_per_host: int = 0
+
+
+@dataclass
+class Taken:
+    """Requests taken from ready hosts, as stored (lease, priority, entry: they travel to the fetch
+    worker as they are), and how long until the next host is ready (None: none waits)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    next_ready: float | None = None
+
+    @property
+    def requests(self) -> list[Request]:
+        return [decode(entry, priority, lease) for lease, priority, entry in self.entries]
+
+
+Entry = tuple[str, str, str]  # (lease, priority, encoded request): a taken request on its way
+
+
+@dataclass
+class Sizes:
+    queued: int = 0  # waiting in host queues
+    outstanding: int = 0  # taken and not yet fetched (in the broker, or being fetched)
+    claimed: int = 0  # taken and not yet finished
+    hosts: int = 0  # hosts with queued requests
+
+
+# --- the compact form of a queued request ----------------------------------------------------------
+# A JSON array [depth, url, referer, extras]: the priority is the queue it waits in, the fingerprint
+# is computed again when it is taken, a referer on the same origin keeps only its path, and extras
+# holds only what differs from the defaults. About 100 bytes for a typical link, so tens of millions
+# of waiting URLs fit one Redis.
+
+def _origin_end(url: str) -> int:
+    """Index of the path in scheme://host[:port]/path (len(url) when there is none)."""
+    start = url.find("://")
+    if start < 0:
+        return -1
+    slash = url.find("/", start + 3)
+    return len(url) if slash < 0 else slash
+
+
+def encode(req: Request) -> str:
+    """A queued request as stored: compact, JSON-safe."""
+    referer = req.referer
+    if referer:
+        end = _origin_end(req.url)
+        if end > 0 and referer.startswith(req.url[:end]) and referer[end:end + 1] == "/":
+            referer = referer[end:]
+    extras: dict[str, Any] = {}
+    if req.method != "GET":
+        extras["M"] = req.method
+    if req.meta:
+        extras["m"] = req.meta
+    if req.dont_filter:
+        extras["d"] = 1
+    if req.ticket and req.ticket != req.fp:
+        extras["t"] = req.ticket
+    if req.attempt:
+        extras["a"] = req.attempt
+    if req.lost:
+        extras["l"] = req.lost
+    if req.fp and req.fp != _fingerprint_of(req.url, req.method, req.meta, ()):
+        extras["f"] = req.fp  # not the plain fingerprint: fingerprint_meta, or a URL that cannot be canonical
+    row: list[Any] = [req.depth, req.url, referer]
+    if extras:
+        row.append(extras)
+    return json.dumps(row, separators=(",", ":"))
+
+
+def decode(raw: str | bytes, priority: str = "default", lease: str = "") -> Request:
+    """The Request of an encoded queue entry (inverse of ``encode``)."""
+    row = json.loads(raw)
+    depth, url, referer = row[0], row[1], row[2]
+    extras = row[3] if len(row) > 3 else {}
+    if referer and referer.startswith("/"):
+        end = _origin_end(url)
+        referer = url[:end] + referer if end > 0 else referer
+    method = extras.get("M", "GET")
+    meta = extras.get("m") or {}
+    fp = extras.get("f") or _fingerprint_of(url, method, meta, ())
+    return Request(url=url, depth=depth, priority=priority, method=method, meta=meta,
+                   dont_filter=bool(extras.get("d")), fp=fp, ticket=extras.get("t", fp),
+                   attempt=extras.get("a", 0), referer=referer, lease=lease, lost=extras.get("l", 0))
+
+
+def _fingerprint_of(url: str, method: str, meta: dict[str, Any], fields: Sequence[str]) -> str:
+    try:
+        return fingerprint(canonicalize(url), method, meta, fields)
+    except InvalidURL:
+        return raw_fingerprint(url, method)
+
+
+class Frontier(Protocol):
+    """Where scheduled requests wait for their host, and the claims of those taken."""
+
+    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None) -> list[int]:
+        """Mark fingerprints seen and queue the new requests, atomically: a verdict per request
+        (NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP); counts scheduled, pending and duplicates."""
+        ...
+
+    def take(self, crawl_id: str, limit: int, policy: HostPolicy, high_only: bool = False,
+             lead: float = 0.0) -> Taken:
+        """Up to ``limit`` requests of hosts that may be fetched now, each with a claim (its lease);
+        with ``high_only``, high-priority ones only. ``lead``: a host is handed out again this much
+        (at most half its delay) before its delay is over; the shared gate makes the start exact."""
+        ...
+
+    def claim(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[bool]:
+        """The worker ``owner`` takes these claims up; False for one that is no longer current."""
+        ...
+
+    def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
+        """These requests are no longer in flight at their host: its slot is free (once per claim)."""
+        ...
+
+    def give_back(self, crawl_id: str, requests: Sequence[Request], hold: float = 0.0) -> None:
+        """Claimed requests go back to the front of their host's queue; the host waits ``hold`` s."""
+        ...
+
+    def hold(self, crawl_id: str, host: str, seconds: float) -> None:
+        """The host may not be fetched for ``seconds`` (back-off, Retry-After)."""
+        ...
+
+    def set_limits(self, crawl_id: str, host: str, policy: HostPolicy) -> None:
+        """Limits of one host that differ from the crawl's (host rules, robots.txt Crawl-delay)."""
+        ...
+
+    def release(self, crawl_id: str, leases: Sequence[str]) -> None:
+        """Finished requests' claims end (the Redis one does it inside the finish script)."""
+        ...
+
+    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float) -> int:
+        """Put back claims whose owner is not in ``live``, unowned ones older than ``dispatch_lease``
+        and any older than ``lease_time``; returns how many."""
+        ...
+
+    def drop_queued(self, crawl_id: str) -> int:
+        """Remove every queued request of a cancelled crawl, counted as skipped; returns how many."""
+        ...
+
+    def sizes(self, crawl_id: str) -> Sizes:
+        ...
+
+
+@dataclass
+class _Claim:
+    owner: str
+    fetching: bool
+    since: float
+    request: Request
+
+
+class MemoryFrontier:
+    """The frontier of one process, in memory: the twin of ``RedisFrontier`` for tests. Time comes
+    from ``clock`` (seconds), so a test moves it by hand."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.seen: dict[str, set[str]] = {}
+        self.counters: dict[str, dict[str, int]] = {}
+        self.host_counts: dict[str, dict[str, int]] = {}
+        self.queues: dict[tuple[str, str], dict[str, deque[Request]]] = {}
+        self.ready: dict[str, dict[str, float]] = {}  # crawl -> host -> time it may be fetched
+        self.next_at: dict[tuple[str, str], float] = {}
+        self.busy: dict[tuple[str, str], int] = {}
+        self.limits: dict[tuple[str, str], HostPolicy] = {}
+        self.claims: dict[str, dict[str, _Claim]] = {}
+        self._seq = 0
+
+    def count(self, crawl_id: str, name: str, n: int) -> None:
+        stats = self.counters.setdefault(crawl_id, {})
+        stats[name] = stats.get(name, 0) + n
+
+    def _queue(self, crawl_id: str, host: str) -> dict[str, deque[Request]]:
+        return self.queues.setdefault((crawl_id, host), {p: deque() for p in PRIORITIES})
+
+    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None) -> list[int]:
+        caps = caps or Caps()
+        seen = self.seen.setdefault(crawl_id, set())
+        per_host = self.host_counts.setdefault(crawl_id, {})
+        verdicts = []
+        for req in requests:
+            host = host_key(req.url)
+            scheduled = self.counters.get(crawl_id, {}).get("scheduled", 0)
+            if not req.dont_filter and req.fp in seen:
+                verdict = DUPLICATE
+            elif caps.max_pages and scheduled >= caps.max_pages:
+                verdict = OVER_MAX_PAGES
+            elif caps.max_per_host and per_host.get(host, 0) >= caps.max_per_host:
+                verdict = OVER_HOST_CAP
+            else:
+                verdict = NEW
+                seen.add(req.fp)
+                per_host[host] = per_host.get(host, 0) + 1
+                self.count(crawl_id, "scheduled", 1)
+                self.count(crawl_id, "pending", 1)
+                self._push(crawl_id, host, req, front=False)
+            if verdict == DUPLICATE:
+                self.count(crawl_id, "duplicates", 1)
+            verdicts.append(verdict)
+        return verdicts
+
+    def _push(self, crawl_id: str, host: str, req: Request, front: bool) -> None:
+        queue = self._queue(crawl_id, host)[req.priority]
+        req = Request.from_dict({**req.to_dict(), "lease": ""})  # a copy, as Redis keeps one
+        queue.appendleft(req) if front else queue.append(req)
+        ready = self.ready.setdefault(crawl_id, {})
+        ready.setdefault(host, max(self.next_at.get((crawl_id, host), 0.0), self.clock()))
+
+    def take(self, crawl_id: str, limit: int, policy: HostPolicy, high_only: bool = False,
+             lead: float = 0.0) -> Taken:
+        now, out = self.clock(), Taken()
+        ready = self.ready.get(crawl_id, {})
+        for host in sorted((h for h, at in ready.items() if at <= now), key=lambda h: (ready[h], h)):
+            if len(out.entries) >= limit:
+                break
+            rules = self.limits.get((crawl_id, host), policy)
+            busy = self.busy.get((crawl_id, host), 0)
+            room = rules.concurrency - busy
+            if rules.delay + rules.random_delay > 0:
+                room = min(room, 1)
+            got = self._pop(crawl_id, host, min(room, limit - len(out.entries)), now, high_only)
+            out.entries += [(r.lease, r.priority, encode(r)) for r in got]
+            busy += len(got)
+            self.busy[(crawl_id, host)] = busy
+            if got:
+                early = min(lead, rules.delay / 2)
+                self.next_at[(crawl_id, host)] = now + rules.delay - early + random.uniform(0, rules.random_delay)
+            if not any(self._queue(crawl_id, host).values()):
+                del ready[host]
+            else:
+                ready[host] = now + PARKED_MS / 1000 if busy >= rules.concurrency else \
+                    max(self.next_at.get((crawl_id, host), 0.0), now)
+        if ready:
+            out.next_ready = max(0.0, min(ready.values()) - now)
+        return out
+
+    def _pop(self, crawl_id: str, host: str, n: int, now: float, high_only: bool = False) -> list[Request]:
+        got: list[Request] = []
+        for priority in PRIORITIES[:1] if high_only else PRIORITIES:
+            queue = self._queue(crawl_id, host)[priority]
+            while queue and len(got) < n:
+                self._seq += 1
+                req = queue.popleft()
+                req.lease = f"m{self._seq}"
+                self.claims.setdefault(crawl_id, {})[req.lease] = _Claim("", True, now, req)
+                got.append(req)
+        return got
+
+    def claim(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[bool]:
+        claims, out = self.claims.get(crawl_id, {}), []
+        for lease in leases:
+            c = claims.get(lease)
+            if c is not None:
+                c.owner, c.since = owner, self.clock()
+            out.append(c is not None)
+        return out
+
+    def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
+        for lease in leases:
+            c = self.claims.get(crawl_id, {}).get(lease)
+            if c is not None and c.fetching:
+                c.fetching = False
+                self._slot_free(crawl_id, host_key(c.request.url))
+
+    def _slot_free(self, crawl_id: str, host: str) -> None:
+        self.busy[(crawl_id, host)] = max(0, self.busy.get((crawl_id, host), 0) - 1)
+        ready = self.ready.get(crawl_id, {})
+        if host in ready:
+            ready[host] = max(self.next_at.get((crawl_id, host), 0.0), self.clock())
+
+    def give_back(self, crawl_id: str, requests: Sequence[Request], hold: float = 0.0) -> None:
+        for req in requests:
+            c = self.claims.get(crawl_id, {}).pop(req.lease, None)
+            if c is None:
+                continue
+            host = host_key(req.url)
+            if c.fetching:
+                self._slot_free(crawl_id, host)
+            self._hold_next(crawl_id, host, hold)
+            self._push(crawl_id, host, req, front=True)
+            self.ready[crawl_id][host] = max(self.next_at.get((crawl_id, host), 0.0), self.clock())
+
+    def _hold_next(self, crawl_id: str, host: str, seconds: float) -> None:
+        until = self.clock() + seconds
+        self.next_at[(crawl_id, host)] = max(self.next_at.get((crawl_id, host), 0.0), until)
+
+    def hold(self, crawl_id: str, host: str, seconds: float) -> None:
+        self._hold_next(crawl_id, host, seconds)
+        ready = self.ready.get(crawl_id, {})
+        if host in ready:
+            ready[host] = max(ready[host], self.next_at[(crawl_id, host)])
+
+    def set_limits(self, crawl_id: str, host: str, policy: HostPolicy) -> None:
+        self.limits[(crawl_id, host)] = policy
+
+    def release(self, crawl_id: str, leases: Sequence[str]) -> None:
+        for lease in leases:
+            self.claims.get(crawl_id, {}).pop(lease, None)
+
+    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float) -> int:
+        now, back = self.clock(), []
+        for c in list(self.claims.get(crawl_id, {}).values()):
+            lost = bool(c.owner) and c.owner not in live
+            if lost or (not c.owner and now - c.since > dispatch_lease) or now - c.since > lease_time:
+                c.request.lost += int(lost)
+                back.append(c.request)
+        self.give_back(crawl_id, back)
+        return len(back)
+
+    def drop_queued(self, crawl_id: str) -> int:
+        n = 0
+        for host in list(self.ready.get(crawl_id, {})):
+            n += sum(len(q) for q in self.queues.pop((crawl_id, host), {}).values())
+        self.ready.pop(crawl_id, None)
+        self.count(crawl_id, "skipped", n)
+        self.count(crawl_id, "pending", -n)
+        return n
+
+    def outstanding(self, crawl_ids: Sequence[str]) -> tuple[int, list[str]]:
+        """As ``RedisFrontier.outstanding``."""
+        high = [c for c in crawl_ids if any(qs["high"] for (cid, _), qs in self.queues.items() if cid == c)]
+        return sum(self.sizes(c).outstanding for c in crawl_ids), high
+
+    def sizes(self, crawl_id: str) -> Sizes:
+        claims = self.claims.get(crawl_id, {}).values()
+        queued = sum(len(q) for (c, _), qs in self.queues.items() if c == crawl_id for q in qs.values())
+        return Sizes(queued=queued, outstanding=sum(c.fetching for c in claims), claimed=len(claims),
+                     hosts=len(self.ready.get(crawl_id, {})))

@@ -1,0 +1,135 @@
+"""The fetch engine against a real server and the real Redis gate: per-host limits hold at the server,
+slots come back, a held host's requests go back to the frontier, robots.txt is fetched under the gate."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from crawltasks.engine import FetchEngine
+from crawltasks.models import Fetched, Request
+from crawltasks.redisstate import Keys
+from crawltasks.settings import CrawlOptions
+from crawltasks.urls import canonicalize, host_key
+
+from .sites import serve, slow_page
+from .test_fleet import max_overlap
+
+
+class Results:
+    """What the engine sends on to parse, collected."""
+
+    def __init__(self) -> None:
+        self.got: list[Fetched] = []
+        self.changed = threading.Condition()
+
+    def __call__(self, crawl_id: str, results: list[Fetched]) -> None:
+        with self.changed:
+            self.got += results
+            self.changed.notify_all()
+
+    def wait_for(self, n: int, timeout: float = 20) -> list[Fetched]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.got) >= n, timeout), f"{len(self.got)} of {n}"
+        return self.got
+
+
+@pytest.fixture
+def server():
+    routes = {f"/p/{i}": slow_page(f"P{i}", [], 0.05) for i in range(12)}
+    routes["/robots.txt"] = lambda s, p: (200, {"Content-Type": "text/plain"}, b"User-agent: *\nDisallow: /p/11\n")
+    s = serve(routes)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def engine(rt):
+    results = Results()
+    eng = FetchEngine(rt, results, capacity=64, owner=rt.heartbeat.start().id)
+    yield eng, results
+    eng.stop()
+    for crawl_id in CRAWLS:  # no dispatcher of a later test should see these half-made crawls
+        rt.state.delete_crawl(crawl_id)
+    CRAWLS.clear()
+
+
+CRAWLS: list[str] = []
+
+
+def crawl_of(rt, server, n: int, **options) -> tuple[str, list[Request]]:
+    """A crawl of n pages of the server, taken from the frontier as a dispatcher would."""
+    crawl_id = f"eng-{uuid.uuid4().hex[:8]}"
+    CRAWLS.append(crawl_id)
+    opts = CrawlOptions(timeout=10, allow_private=True, **options)
+    rt.state.create_crawl(crawl_id, opts.to_dict(), [])
+    reqs = []
+    for i in range(n):
+        url = canonicalize(server.url(f"/p/{i}"))
+        reqs.append(Request(url=url))
+    from crawltasks.frontier import schedule
+
+    schedule(rt.state, rt.frontier, crawl_id, reqs, opts)
+    taken = rt.frontier.take(crawl_id, 100, _free()).requests
+    assert len(taken) == n
+    rt.frontier.claim(crawl_id, [r.lease for r in taken], rt.heartbeat.id)
+    return crawl_id, taken
+
+
+def _free():
+    from crawltasks.hostqueues import HostPolicy
+
+    return HostPolicy(concurrency=100, delay=0)
+
+
+def test_the_hosts_limit_holds_at_the_server_and_every_slot_comes_back(rt, engine, server):
+    eng, results = engine
+    crawl_id, reqs = crawl_of(rt, server, 10, host_concurrency=2, host_delay=0, obey_robots=False)
+    eng.admit(crawl_id, reqs, [])
+    got = results.wait_for(10)
+    assert sorted(f.url for f in got) == sorted(r.url for r in reqs) and all(f.status == 200 for f in got)
+    assert all(f.body_key for f in got), "bodies are parked in Redis for the parse task"
+    assert max_overlap(server.hits) <= 2
+    deadline = time.monotonic() + 5
+    while rt.state.r.zcard(Keys.host_slots(host_key(reqs[0].url))) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rt.state.r.zcard(Keys.host_slots(host_key(reqs[0].url))) == 0, "slots must all be given back"
+    assert rt.frontier.sizes(crawl_id).outstanding == 0, "the frontier knows every fetch is over"
+
+
+def test_a_delay_spaces_request_starts_at_the_server_robots_txt_included(rt, engine, server):
+    eng, results = engine
+    crawl_id, reqs = crawl_of(rt, server, 4, host_concurrency=4, host_delay=0.15)
+    eng.admit(crawl_id, reqs, [])
+    results.wait_for(4)
+    paths = [h.path for h in sorted(server.hits, key=lambda h: h.started)]
+    assert paths[0] == "/robots.txt" and paths.count("/robots.txt") == 1
+    starts = sorted(h.started for h in server.hits)
+    assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.15 * 0.9
+
+
+def test_robots_disallowed_pages_are_not_fetched(rt, engine, server):
+    eng, results = engine
+    crawl_id, reqs = crawl_of(rt, server, 12, host_concurrency=4, host_delay=0)
+    eng.admit(crawl_id, reqs, [])
+    got = {f.request.url.rsplit("/", 1)[1]: f for f in results.wait_for(12)}
+    assert got["11"].error == "robots_disallowed" and "/p/11" not in server.counts
+    assert all(got[str(i)].ok for i in range(11))
+
+
+def test_a_host_held_for_long_gets_its_requests_back_in_the_frontier(rt, engine, server):
+    eng, results = engine
+    crawl_id, reqs = crawl_of(rt, server, 3, host_concurrency=1, host_delay=0, obey_robots=False)
+    host = host_key(reqs[0].url)
+    rt.state.host_feedback(host, slow=True, wait=30.0)  # the site asked every crawler to wait 30 s
+    eng.admit(crawl_id, reqs, [])
+    deadline = time.monotonic() + 10
+    while rt.frontier.sizes(crawl_id).queued < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sizes = rt.frontier.sizes(crawl_id)
+    assert (sizes.queued, sizes.outstanding, sizes.claimed) == (3, 0, 0)
+    assert not server.hits and results.got == []
+    rt.state.r.delete(Keys.host_next(host), Keys.host_backoff(host))
