@@ -1,13 +1,18 @@
-"""Dedupe at scale: memory per fingerprint and checks per second, exact seen-set vs Bloom filter.
+"""Dedupe and the frontier at scale: memory per fingerprint and checks per second, exact seen-set vs
+Bloom filter; and the memory of a request waiting in the per-host frontier.
 
-    python bench/dedupe.py                       # 1M and 10M fingerprints, Bloom at 1 %
+    python bench/dedupe.py                       # 1M and 10M fingerprints, Bloom at 1 %, 1M queued requests
     python bench/dedupe.py --sizes 1000000,3000000 --error-rate 0.001 --json dedupe.json
+    python bench/dedupe.py --sizes 1000000 --modes queue
 
 Runs against a private redis-server it starts on a free port (``--save "" --appendonly no``) and
-shuts down after; never the shared one. Both modes go through crawltasks' own code: the exact mode is
-``RedisState.schedule`` (a Lua SADD per 40-char hex SHA-1 into a SET, with its counters) and the
-Bloom mode is ``crawltasks.bloom.BloomFilter.check_and_add`` (k SETBITs per fingerprint), so the
-figures include the counters and the script call, as a crawl pays them.
+shuts down after; never the shared one. Every mode goes through crawltasks' own code: the exact mode is
+``RedisFrontier.add`` (a Lua SADD per 40-char hex SHA-1 into a SET, with its counters; the requests it
+queues are dropped before memory is read) and the Bloom mode is
+``crawltasks.bloom.BloomFilter.check_and_add`` (k SETBITs per fingerprint), so the figures include the
+counters and the script call, as a crawl pays them. The queue mode fills the frontier with requests
+of realistic shape (1,000 hosts, ~70-character URLs, each with its referer) and reports the bytes of
+the host queues per waiting request, and of everything the frontier keeps (seen-set included).
 
 Memory is the growth of Redis' ``used_memory`` (and ``MEMORY USAGE`` of the key) after filling.
 Checks/s is measured after filling, on fingerprints half new and half seen, at two batch sizes: 20
@@ -30,7 +35,10 @@ if __package__ in (None, ""):
 
 from bench.procs import PrivateRedis  # noqa: E402
 from crawltasks.bloom import BloomFilter  # noqa: E402
-from crawltasks.redisstate import Keys, RedisState  # noqa: E402
+from crawltasks.models import Request  # noqa: E402
+from crawltasks.redisfrontier import RedisFrontier  # noqa: E402
+from crawltasks.redisstate import Keys  # noqa: E402
+from crawltasks.urls import fingerprint  # noqa: E402
 
 FILL_BATCH = 2000
 
@@ -45,13 +53,16 @@ def measure(mode: str, size: int, error_rate: float, probe: int = 100_000) -> di
     with tempfile.TemporaryDirectory(prefix="ct-dedupe-") as tmp, PrivateRedis(Path(tmp)) as server:
         r = server.client()
         crawl = "dedupe"
-        state = RedisState(r)
+        frontier = RedisFrontier(r)
         bloom = BloomFilter(r, f"ct:{{{crawl}}}:bloom", capacity=size, error_rate=error_rate)
         stats_key = Keys.stats(crawl)
 
         def check(fps: list[str]) -> list[bool]:
             if mode == "exact":
-                return state.schedule(crawl, fps, [False] * len(fps))
+                reqs = [Request(url="http://bench.test/", fp=fp, ticket=fp) for fp in fps]
+                flags = [bool(v) for v in frontier.add(crawl, reqs)]
+                r.delete(Keys.queue_prefix(crawl) + "bench.test:80:d")  # the seen-set alone is measured
+                return flags
             return bloom.check_and_add(fps, stats_key=stats_key)
 
         check([fingerprints(0, 1, "warm")[0]])  # loads the script, creates the bitmap
@@ -100,6 +111,54 @@ def measure(mode: str, size: int, error_rate: float, probe: int = 100_000) -> di
         return out
 
 
+def queued_request(i: int, hosts: int = 1000) -> Request:
+    """A link as a broad crawl finds it: ~70 characters, on one of ``hosts`` sites, with its referer."""
+    host, section = i % hosts, (i // hosts) % 50
+    url = f"https://www.shop-{host}.example.com/catalog/section-{section}/item-{i}.html"
+    fp = fingerprint(url)
+    return Request(url=url, depth=3, fp=fp, ticket=fp,
+                   referer=f"https://www.shop-{host}.example.com/catalog/section-{section}/index.html")
+
+
+def measure_queue(size: int) -> dict[str, Any]:
+    """Fill the frontier with ``size`` waiting requests; bytes per request, queues alone and in all."""
+    with tempfile.TemporaryDirectory(prefix="ct-queue-") as tmp, PrivateRedis(Path(tmp)) as server:
+        r, crawl = server.client(), "queue"
+        frontier = RedisFrontier(r)
+        base = r.info("memory")["used_memory"]
+        t0 = time.perf_counter()
+        for start in range(0, size, FILL_BATCH):
+            frontier.add(crawl, [queued_request(i) for i in range(start, min(size, start + FILL_BATCH))])
+        fill_s = time.perf_counter() - t0
+        used = r.info("memory")["used_memory"] - base
+        queue_bytes = sum(int(r.memory_usage(k, samples=0) or 0)
+                          for k in r.scan_iter(match=Keys.queue_prefix(crawl) + "*", count=1000))
+        queue_bytes += int(r.memory_usage(Keys.ready(crawl), samples=0) or 0)
+        seen_bytes = int(r.memory_usage(Keys.seen(crawl), samples=0) or 0)
+        r.close()
+        return {"mode": "queue", "requests": size, "queued": frontier_sizes(server, crawl),
+                "bytes_per_request_queues": round(queue_bytes / size, 1),
+                "bytes_per_request_seen": round(seen_bytes / size, 1),
+                "bytes_per_request_all": round(used / size, 1), "fill_per_s": round(size / fill_s)}
+
+
+def frontier_sizes(server: PrivateRedis, crawl: str) -> int:
+    client = server.client()
+    try:
+        return RedisFrontier(client).sizes(crawl).queued
+    finally:
+        client.close()
+
+
+def format_queue(rows: list[dict[str, Any]]) -> str:
+    head = f"{'queued requests':>15} {'B/request (queues)':>18} {'B/request (seen-set)':>20} {'B/request (all)':>15}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['requests']:>15,} {r['bytes_per_request_queues']:>18.1f} "
+                     f"{r['bytes_per_request_seen']:>20.1f} {r['bytes_per_request_all']:>15.1f}")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'mode':<7} {'FP rate':>8} {'fingerprints':>12} {'B/fp (used_memory)':>18} {'B/fp (key)':>10} "
             f"{'fill/s':>9} {'checks/s @20':>12} {'checks/s @1000':>14} {'measured FP':>11}")
@@ -117,18 +176,27 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/dedupe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1000000,10000000", help="comma-separated fingerprint counts")
     p.add_argument("--error-rate", type=float, default=0.01, help="Bloom false-positive rate (default 0.01)")
-    p.add_argument("--modes", default="exact,bloom")
+    p.add_argument("--modes", default="exact,bloom,queue")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
-    rows = []
+    rows, queues = [], []
+    modes = args.modes.split(",")
     for size in (int(s) for s in args.sizes.split(",")):
-        for mode in args.modes.split(","):
+        for mode in modes:
+            if mode == "queue" and size > 1_000_000:
+                continue  # the frontier's figure is asked for at 1M waiting requests
             print(f"{mode} {size:,} ...", end="", flush=True)
             t0 = time.monotonic()
-            rows.append(measure(mode, size, args.error_rate))
+            (queues if mode == "queue" else rows).append(
+                measure_queue(size) if mode == "queue" else measure(mode, size, args.error_rate))
             print(f" {time.monotonic() - t0:.0f}s", flush=True)
     print()
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    if queues:
+        print("\nthe per-host frontier: memory of a waiting request")
+        print(format_queue(queues))
+    rows += queues
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

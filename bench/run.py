@@ -101,14 +101,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def crawltasks_flags(workers: int, concurrency: int) -> list[str]:
-    """Politeness lifted for this local site only; as many worker processes as cores by default."""
-    return ["--host-delay", "0", "--host-concurrency", "256", "--workers", str(workers),
-            "--concurrency", str(concurrency), "--batch-size", "128", "--fetch-threads", "16"]
+def crawltasks_flags(workers: int, concurrency: int, politeness_only: bool = False) -> list[str]:
+    """Politeness lifted for this local site only; with ``politeness_only`` nothing else is given
+    (crawltasks' defaults: a worker process per core), else the benchmark's tuned flags."""
+    lifted = ["--host-delay", "0", "--host-concurrency", "256"]
+    if politeness_only:
+        return lifted
+    return [*lifted, "--workers", str(workers), "--concurrency", str(concurrency), "--batch-size", "128",
+            "--fetch-concurrency", "96"]
 
 
 def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: list[str], timeout: float,
-                   profile: Path | None = None) -> Row:
+                   profile: Path | None = None, politeness_only: bool = False) -> Row:
     """``crawltasks crawl`` embedded (private Redis + SecantusDB + in-process worker) in a fresh data dir."""
     data = work / "crawltasks-data"
     shutil.rmtree(data, ignore_errors=True)
@@ -117,7 +121,7 @@ def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: 
     env = clean_env()
     env["CRAWLTASKS_DATA_DIR"] = str(data)
     cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", url, "--crawl-id", crawl_id,
-           *crawltasks_flags(workers, concurrency), "--output", str(out), "--quiet", *extra]
+           *crawltasks_flags(workers, concurrency, politeness_only), "--output", str(out), "--quiet", *extra]
     if profile is not None:
         cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--subprocesses", "-r", "50",
                "-f", "raw", "-o", str(profile), "--", *cmd]
@@ -264,6 +268,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="crawltasks --workers (worker processes beside the command; default 2)")
     p.add_argument("--concurrency", type=int, default=1,
                    help="crawltasks --concurrency (tasks at once in the worker inside the command)")
+    p.add_argument("--politeness-only", action="store_true",
+                   help="crawltasks gets only --host-delay 0 --host-concurrency 256 (its defaults otherwise)")
     p.add_argument("--crawltasks-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `crawltasks crawl` (repeatable), e.g. --crawltasks-arg=--batch-size=32")
     p.add_argument("--server", choices=("nginx", "python"), default="nginx",
@@ -319,7 +325,7 @@ def bench_site(spec: sitegen.SiteSpec, args: argparse.Namespace, work: Path, cac
                 if profile and len(args.site) and args.site == "both":
                     profile = profile.with_name(f"{profile.stem}-{spec.shape}{profile.suffix}")
                 row = run_crawltasks(url, site_work, args.workers, args.concurrency, args.crawltasks_arg,
-                                     args.timeout, profile)
+                                     args.timeout, profile, args.politeness_only)
             elif tool == "scrapy":
                 row = run_scrapy(url, site_work, args.timeout)
             else:
@@ -361,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print()
     print(f"crawltasks benchmark, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-          f"crawltasks crawl URL {' '.join(crawltasks_flags(args.workers, args.concurrency))}")
+          f"crawltasks crawl URL {' '.join(crawltasks_flags(args.workers, args.concurrency, args.politeness_only))}")
     for res in results:
         print()
         print(format_table(res["title"], res["rows"]))
