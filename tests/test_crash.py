@@ -80,7 +80,7 @@ class Workers:
 
 
 def frontier_state(rt, crawl_id: str) -> dict:
-    """Where the crawl's unfinished requests are: queued per host, claimed, hosts' slots and times (for failure reports)."""
+    """Where the unfinished requests are: queued, claimed, hosts' slots and times (for failure reports)."""
     from crawltasks.redisstate import Keys
 
     r = rt.state.r
