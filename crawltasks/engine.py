@@ -8,7 +8,9 @@ counters, the frontier); the pool threads only do HTTP. The gate slot is taken r
 request starts, so the spacing of a host's requests holds at the server, robots.txt included.
 
 Requests admitted here are claimed by this process in the frontier: if the process dies, its
-heartbeat stops and the reclaimer puts them back (``crawltasks.leases``).
+heartbeat stops and the reclaimer puts them back (``crawltasks.leases``). The engine claims the
+requests in its hands again every RENEW_EVERY seconds: one it lost track of (a bug, an error between
+two steps) is not renewed, and the reclaimer puts it back too, instead of after the crawl's lease.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import redis
 from . import logs
 from .fetch import fetch_one
 from .frontier import backoff, bloom_of
+from .liveness import BEAT_EVERY
 from .models import PRIORITIES, Fetched, Request
 from .politeness import HostGate, host_policy
 from .robots import DENY, Robots, origin_of
@@ -44,6 +47,7 @@ COALESCE = 0.002  # seconds the control thread lets answers gather after the fir
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
 FLUSH_AFTER = 0.1  # seconds a finished request waits for others of its crawl before they go to parse
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
+RENEW_EVERY = BEAT_EVERY  # seconds between claiming the requests in hand again (the reclaimer's check)
 
 # send_results(crawl_id, results): one parse -> store chain for fetched requests (tasks.send_results)
 ResultSender = Callable[[str, list[Fetched]], None]
@@ -110,6 +114,8 @@ class FetchEngine:
         self.high_at: dict[str, float] = {}  # host -> when a high-priority request of it last started
         self.crawls_waiting: Counter[str] = Counter()  # crawl -> hosts with requests waiting here
         self.running = 0
+        self.flying: set[tuple[str, str]] = set()  # (crawl, lease) of the requests in flight
+        self.renew_at = time.monotonic() + RENEW_EVERY
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fetch-engine", daemon=True)
         self._thread.start()
@@ -152,6 +158,9 @@ class FetchEngine:
                 self._stopping.set()
         now = time.monotonic()
         self._mark_fetched()
+        if now >= self.renew_at:
+            self.renew_at = now + RENEW_EVERY
+            self._renew()
         self._flush(now, everything=self._stopping.is_set())
         if self._stopping.is_set():
             self._give_back_waiting()
@@ -163,7 +172,8 @@ class FetchEngine:
     def _timeout(self, now: float) -> float:
         """How long the control thread may sleep: until a host may be asked again, a result waits
         too long, or another worker's robots.txt should be looked for."""
-        times = list(self.look_at.values()) + [box.since + FLUSH_AFTER for box in self.boxes.values() if box.results]
+        times = [self.renew_at, *self.look_at.values()]
+        times += [box.since + FLUSH_AFTER for box in self.boxes.values() if box.results]
         if self.running < self.capacity:  # with every thread busy, only an answer can start something
             times += [self.ask_at.get(key, now) for key, jobs in self.waiting.items() if jobs]
         return max(0.0, min(times) - now) if times else 0.5
@@ -183,6 +193,17 @@ class FetchEngine:
         except Empty:
             pass
         return out
+
+    def _renew(self) -> None:
+        """Claim again every request in hand (waiting for robots.txt or a slot, or in flight)."""
+        held: dict[str, list[str]] = defaultdict(list)
+        for crawl_id, lease in self.flying:
+            held[crawl_id].append(lease)
+        for jobs_by_key in (self.waiting, self.blocked):
+            for (crawl_id, _), jobs in jobs_by_key.items():
+                held[crawl_id] += [job.request.lease for job in jobs if job.robots is None]
+        for crawl_id, leases in held.items():
+            self.rt.frontier.claim(crawl_id, leases, self.owner)
 
     def _options(self, crawl_id: str) -> CrawlOptions:
         return self.rt.options(crawl_id)
@@ -322,8 +343,10 @@ class FetchEngine:
             for token in tokens:
                 self.running += 1
                 job = jobs.popleft()
-                if job.robots is None and job.request.priority == "high":
-                    self.high_at[job.host] = granted_at
+                if job.robots is None:
+                    self.flying.add((job.crawl_id, job.request.lease))
+                    if job.request.priority == "high":
+                        self.high_at[job.host] = granted_at
                 self.pool.submit(_fetch_job, self.events, job, token, self._options(job.crawl_id),
                                  self._robots(job.crawl_id), self._on_send(job.host, ask.delay, granted_at))
             if not jobs:
@@ -394,6 +417,7 @@ class FetchEngine:
     def _on_done(self, job: Job, token: str, outcome: Any) -> None:
         self.running -= 1
         self.done_slots.append((job.host, token))
+        self.flying.discard((job.crawl_id, job.request.lease))
         if job.robots is not None:
             robots = self._robots(job.crawl_id)
             robots.unlock(job.robots)

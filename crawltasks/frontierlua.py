@@ -221,13 +221,15 @@ redis.call('ZADD', KEYS[1], 'XX', 'GT', until_ms, ARGV[1])
 return 1
 """
 
-# KEYS: claims. ARGV: dispatch_lease_ms, lease_ms, live owners... Which claims are lost: owned by a
-# worker that is not live (kind 1), unowned past the dispatch lease or older than the lease (kind 0).
+# KEYS: claims. ARGV: dispatch_lease_ms, lease_ms, renew_ms (0: off), live owners... Which claims
+# are lost: owned by a worker that is not live (kind 1); unowned past the dispatch lease, in a live
+# worker's hands (fetching) but not renewed within renew_ms, or older than the lease (kind 0).
 # Returns {lease, kind}... (the caller gives them back).
 EXPIRED = _COMMON + """
 local now = now_ms()
+local dispatch, lease, renew = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local live = {}
-for i = 3, #ARGV do live[ARGV[i]] = true end
+for i = 4, #ARGV do live[ARGV[i]] = true end
 local out = {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
@@ -235,7 +237,8 @@ for i = 1, #all, 2 do
   local owner, since = c[1], c[3]
   if owner ~= '' and not live[owner] then
     out[#out + 1] = {all[i], 1}
-  elseif (owner == '' and since + tonumber(ARGV[1]) < now) or since + tonumber(ARGV[2]) < now then
+  elseif (owner == '' and since + dispatch < now) or since + lease < now
+      or (owner ~= '' and c[2] == 1 and renew > 0 and since + renew < now) then
     out[#out + 1] = {all[i], 0}
   end
 end

@@ -181,9 +181,11 @@ class Frontier(Protocol):
         """Finished requests' claims end (the Redis one does it inside the finish script)."""
         ...
 
-    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float) -> int:
-        """Put back claims whose owner is not in ``live``, unowned ones older than ``dispatch_lease``
-        and any older than ``lease_time``; returns how many."""
+    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
+                renew_within: float = 0.0) -> int:
+        """Put back claims whose owner is not in ``live``, unowned ones older than ``dispatch_lease``,
+        those a live owner holds to fetch but has not claimed again within ``renew_within`` (0: no
+        such check; the owner lost track of them) and any older than ``lease_time``; returns how many."""
         ...
 
     def drop_queued(self, crawl_id: str) -> int:
@@ -350,11 +352,13 @@ class MemoryFrontier:
         for lease in leases:
             self.claims.get(crawl_id, {}).pop(lease, None)
 
-    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float) -> int:
+    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
+                renew_within: float = 0.0) -> int:
         now, back = self.clock(), []
         for c in list(self.claims.get(crawl_id, {}).values()):
             lost = bool(c.owner) and c.owner not in live
-            if lost or (not c.owner and now - c.since > dispatch_lease) or now - c.since > lease_time:
+            forgotten = bool(c.owner) and c.fetching and renew_within > 0 and now - c.since > renew_within
+            if lost or forgotten or (not c.owner and now - c.since > dispatch_lease) or now - c.since > lease_time:
                 c.request.lost += int(lost)
                 back.append(c.request)
         self.give_back(crawl_id, back)

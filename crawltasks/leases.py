@@ -2,13 +2,15 @@
 
 A request taken from the frontier holds a claim until it is finished: unowned while its message
 waits in the broker, then owned by the worker process handling it (``liveness`` tells which are
-alive). Celery redelivers a task whose pool child died, but a message taken by a worker that died
-whole waits for the broker's visibility timeout (hours), and one lost with a broker restart never
-comes back. So every worker runs this loop: a claim whose owner stopped heart-beating, an unowned
-one nobody took up within ``dispatch_lease()``, or one older than the crawl's ``lease_time`` (a hung
-worker) goes back to the front of its host's queue. Each loss with a dead worker is counted in the
-request, so a page that kills its worker every time ends ``worker_lost`` instead of looping. The
-store's upsert and the once-only finish make a duplicate harmless.
+alive; a fetch engine claims the requests in its hands again every few seconds, so one it lost
+track of goes back as if its worker had died). Celery redelivers a task whose pool child died, but
+a message taken by a worker that died whole waits for the broker's visibility timeout (hours), and
+one lost with a broker restart never comes back. So every worker runs this loop: a claim whose
+owner stopped heart-beating or stopped renewing it, an unowned one nobody took up within
+``dispatch_lease()``, or one older than the crawl's ``lease_time`` (a hung worker) goes back to the
+front of its host's queue. Each loss with a dead worker is counted in the request, so a page that
+kills its worker every time ends ``worker_lost`` instead of looping. The store's upsert and the
+once-only finish make a duplicate harmless.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import threading
 
+from .liveness import dead_after
 from .runtime import Runtime, current
 
 log = logging.getLogger("crawltasks")
@@ -41,7 +44,8 @@ def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str]) -> int:
         if state.is_finished(crawl_id):
             state.forget_active(crawl_id)
         return 0
-    back = rt.frontier.reclaim(crawl_id, live, dispatch_lease(), rt.options(crawl_id).lease_time)
+    back = rt.frontier.reclaim(crawl_id, live, dispatch_lease(), rt.options(crawl_id).lease_time,
+                               renew_within=dead_after())
     if back:
         log.warning("crawl %s: %d request(s) lost with their worker or message; back in the frontier",
                     crawl_id, back, extra={"crawl_id": crawl_id})

@@ -107,9 +107,10 @@ class RedisFrontier:
         if leases:
             self.r.hdel(Keys.claims(crawl_id), *leases)
 
-    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float) -> int:
-        rows = self._expired(keys=[Keys.claims(crawl_id)],
-                             args=[int(dispatch_lease * 1000), int(lease_time * 1000), *sorted(live)])
+    def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
+                renew_within: float = 0.0) -> int:
+        rows = self._expired(keys=[Keys.claims(crawl_id)], args=[
+            int(dispatch_lease * 1000), int(lease_time * 1000), int(renew_within * 1000), *sorted(live)])
         lost = [(lease.decode(), "") for lease, kind in rows if int(kind) == 1]
         late = [(lease.decode(), "") for lease, kind in rows if int(kind) == 0]
         return self._give(crawl_id, lost, 0.0, lost=True) + self._give(crawl_id, late, 0.0, lost=False)

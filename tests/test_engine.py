@@ -133,3 +133,28 @@ def test_a_host_held_for_long_gets_its_requests_back_in_the_frontier(rt, engine,
     assert (sizes.queued, sizes.outstanding, sizes.claimed) == (3, 0, 0)
     assert not server.hits and results.got == []
     rt.state.r.delete(Keys.host_next(host), Keys.host_backoff(host))
+
+
+def test_requests_in_hand_are_renewed_and_a_forgotten_claim_goes_back(rt, engine, monkeypatch):
+    """The engine claims what it holds again and again; a claim its owner lost track of is not
+    renewed, and the reclaimer puts it back long before the crawl's lease."""
+    import crawltasks.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "RENEW_EVERY", 0.1)
+    eng, results = engine
+    eng.renew_at = 0.0
+    slow = serve({f"/p/{i}": slow_page(f"P{i}", [], 1.5) for i in range(2)})
+    try:
+        crawl_id, (flying, forgotten) = crawl_of(rt, slow, 2, host_concurrency=4, host_delay=0, obey_robots=False)
+        eng.admit(crawl_id, [flying], [])
+        deadline = time.monotonic() + 5
+        while not slow.hits and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.6)  # the forgotten claim is now older than renew_within; the one in flight is renewed
+        live = {rt.heartbeat.id}
+        assert rt.frontier.reclaim(crawl_id, live, dispatch_lease=60, lease_time=600, renew_within=0.4) == 1
+        [back] = rt.frontier.take(crawl_id, 5, _free()).requests
+        assert back.url == forgotten.url and back.lost == 0, "a forgotten claim is not a worker's death"
+        assert [f.url for f in results.wait_for(1)] == [flying.url]
+    finally:
+        slow.stop()

@@ -226,3 +226,16 @@ def test_a_high_only_take_leaves_the_rest_queued(fr):
                                                                                          "http://b.test/h"]
     assert fr.f.outstanding([fr.crawl_id]) == (2, [])  # no high-priority request waits any more
     assert urls(fr.f.take(fr.crawl_id, 10, FREE).requests) == ["http://a.test/d"]
+
+
+def test_a_claim_in_hand_that_is_not_renewed_comes_back(fr):
+    fr.f.add(fr.crawl_id, [req("http://a.test/1"), req("http://b.test/1"), req("http://c.test/1")])
+    a, b, c = sorted(fr.f.take(fr.crawl_id, 5, FREE).requests, key=lambda r: r.url)
+    fr.f.claim(fr.crawl_id, [a.lease, b.lease, c.lease], "alive")
+    fr.f.fetched(fr.crawl_id, [c.lease])  # handed on to parse: no longer renewed, and not at stake
+    fr.advance(0.3)
+    fr.f.claim(fr.crawl_id, [a.lease], "alive")  # renewed; b is forgotten
+    assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600, renew_within=0.2) == 1
+    [back] = fr.f.take(fr.crawl_id, 5, FREE).requests
+    assert back.url == "http://b.test/1" and back.lost == 0
+    assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600) == 0, "off by default"
