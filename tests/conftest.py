@@ -22,21 +22,54 @@ from crawltasks.settings import Settings
 from .sites import SiteServer, basic_site, serve
 
 REDIS_HOST = os.environ.get("CRAWLTASKS_TEST_REDIS", "redis://127.0.0.1:6379")
-REDIS_DB = int(os.environ.get("CRAWLTASKS_TEST_REDIS_DB", "13"))
+SESSION_KEY = "crawltasks-test-session"  # which test session owns a database (its pid)
+FREE_DBS = range(13, 3, -1)  # databases a test session may take, when CRAWLTASKS_TEST_REDIS_DB names none
 
 
-def _flush(url: str) -> None:
+def _owner_alive(client: redis.Redis) -> bool:
+    owner = client.get(SESSION_KEY)
+    if owner is None:
+        return False
+    try:
+        os.kill(int(owner), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _take_db() -> int:
+    """A database of our own: the one CRAWLTASKS_TEST_REDIS_DB names, else the first that no other
+    live test session holds, so that two sessions on one Redis never flush each other's crawls."""
+    if os.environ.get("CRAWLTASKS_TEST_REDIS_DB"):
+        return int(os.environ["CRAWLTASKS_TEST_REDIS_DB"])
+    for db in FREE_DBS:
+        client = redis.Redis.from_url(f"{REDIS_HOST}/{db}")
+        try:
+            if not _owner_alive(client):
+                client.flushdb()
+                if client.set(SESSION_KEY, os.getpid(), nx=True):
+                    return db
+        finally:
+            client.close()
+    raise RuntimeError(f"every test database of {REDIS_HOST} is held by a live test session")
+
+
+def _flush(url: str, keep_owner: bool) -> None:
     client = redis.Redis.from_url(url)
     client.flushdb()
+    if keep_owner:
+        client.set(SESSION_KEY, os.getpid())
     client.close()
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    url = f"{REDIS_HOST}/{REDIS_DB}"
-    _flush(url)
+    url = f"{REDIS_HOST}/{_take_db()}"
+    _flush(url, keep_owner=True)
     yield url
-    _flush(url)
+    _flush(url, keep_owner=False)
 
 
 @pytest.fixture
