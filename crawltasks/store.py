@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
 from pymongo import UpdateOne
@@ -40,6 +41,15 @@ def of_crawl(crawl_id: str) -> dict[str, Any]:
     return {"_id": {"$gte": f"{crawl_id}:", "$lt": f"{crawl_id};"}, "crawl_id": crawl_id}
 
 
+def durable_writes(url: str) -> dict[str, Any]:
+    """Writes acknowledged only once they are in the journal, unless the URL chooses its own write
+    concern (``w=majority`` on a replica set, or ``journal=false`` to trade safety for speed). A page
+    counts as stored when its write is acknowledged: without the journal, a store stopped soon
+    after may come back without it."""
+    options = {k.lower() for k, _ in parse_qsl(urlsplit(url).query)}
+    return {} if options & {"journal", "j", "w"} else {"journal": True}
+
+
 class MongoStorage:
     """The crawl's documents in one Mongo database, with a write buffer."""
 
@@ -57,7 +67,7 @@ class MongoStorage:
     @classmethod
     def from_url(cls, url: str, db_name: str = "crawltasks", **kwargs: Any) -> MongoStorage:
         client = pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000, connectTimeoutMS=5_000,
-                                     retryWrites=True, tz_aware=True)
+                                     retryWrites=True, tz_aware=True, **durable_writes(url))
         return cls(client, db_name, **kwargs)
 
     def ensure_indexes(self) -> None:

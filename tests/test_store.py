@@ -66,3 +66,29 @@ def test_a_crawl_named_like_a_prefix_of_another_sees_only_its_own(storage: Mongo
     assert storage.count(PAGES, "a:b") == 1
     storage.delete_failures("a", [f"{4:040x}", f"{5:040x}"])
     assert storage.count(FAILURES, "a") == 0 and storage.count(FAILURES, "a:b") == 1
+
+
+def test_writes_wait_for_the_journal_unless_the_url_chooses(mongo_url: str) -> None:
+    assert MongoStorage.from_url(mongo_url).client.write_concern.document == {"j": True}
+    assert MongoStorage.from_url(mongo_url + "?journal=false").client.write_concern.document == {"j": False}
+    assert MongoStorage.from_url(mongo_url + "?w=majority").client.write_concern.document == {"w": "majority"}
+
+
+def test_what_a_flush_acknowledged_survives_the_store_being_killed(tmp_path) -> None:
+    """A page counts as stored once its flush returns: kill -9 the store right after, restart it on
+    the same data, and every acknowledged document is there."""
+    from crawltasks.embedded import MongoProcess
+
+    server = MongoProcess(tmp_path / "data", tmp_path / "log")
+    storage = MongoStorage.from_url(server.start(), "durable", flush_size=10_000)
+    try:
+        for batch in range(5):
+            storage.add(PAGES, [page("c", batch * 200 + i, html="x" * 2000) for i in range(200)])
+            assert storage.flush() == 200
+        server.proc.kill()
+        server.proc.wait(10)
+        server.start()
+        assert storage.count(PAGES, "c") == 1000
+    finally:
+        storage.client.close()
+        server.stop()
