@@ -6,14 +6,15 @@ here defers to the environment. Authentication is configured by environment only
     FLOWER_BASIC_AUTH=user:password   (several: user1:pw1,user2:pw2)
 
 Without it Flower listens on 127.0.0.1 only and its HTTP API stays off. Binding any other address
-(``FLOWER_ADDRESS=0.0.0.0``, as in docker/docker-compose.yml) without authentication is refused:
-a Flower reachable from the network can revoke tasks and shut workers down.
+(``FLOWER_ADDRESS=0.0.0.0`` as in docker/docker-compose.yml, or ``--address``) without authentication
+is refused by ``crawltasks/flowerguard.py``, which ``-A crawltasks`` loads wherever Flower is started
+(this file is only read from the current directory, and the command line overrides it): a Flower
+reachable from the network can revoke tasks and shut workers down.
 """
 
 import os
-import sys
 
-_LOOPBACK = ("127.", "::1", "localhost")
+import crawltasks.flowerguard  # noqa: F401 - the address check, for a `celery flower` started here without -A too
 
 address = os.environ.get("FLOWER_ADDRESS", "127.0.0.1")
 port = int(os.environ.get("FLOWER_PORT", "5555"))
@@ -26,7 +27,3 @@ max_tasks = int(os.environ.get("FLOWER_MAX_TASKS", "20000"))
 # Workers that went away (scaled down, crashed) drop off the dashboard after ten minutes.
 purge_offline_workers = int(os.environ.get("FLOWER_PURGE_OFFLINE_WORKERS", "600"))
 
-if (not address.startswith(_LOOPBACK) and not os.environ.get("FLOWER_BASIC_AUTH")
-        and not os.environ.get("FLOWER_AUTH")):
-    sys.exit(f"flower: refusing to listen on {address} without authentication; "
-             "set FLOWER_BASIC_AUTH=user:password (or FLOWER_AUTH for OAuth)")

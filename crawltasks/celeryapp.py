@@ -3,6 +3,8 @@
 import kombu.pools
 from celery import Celery
 
+from . import flowerguard  # noqa: F401 - `celery -A crawltasks flower` refuses an open address without auth
+
 app = Celery("crawltasks")
 app.config_from_object("celeryconfig")
 

@@ -3,7 +3,10 @@
 A link or a redirect whose host resolves to a loopback, private, link-local, shared, reserved,
 multicast or unspecified address (the cloud metadata endpoint 169.254.169.254 among them) is refused,
 unless the crawl allows it: ``allow_private`` allows every such address, and ``private_hosts`` names
-the hosts a crawl may reach although they are private (the seeds' own hosts when they are private).
+what a crawl may reach although it is private. By default that is each private seed's own origin
+(``http://127.0.0.1:8000``: scheme, host and port), not the seed's whole machine: a page must not steer
+the crawl to the other services on it (a link, a ``<base>`` or a redirect to another port). An entry
+``"host:port"`` widens it to that port whatever the scheme, a bare ``"host"`` to every port of the host.
 
 The check runs on the resolved addresses (``socket.getaddrinfo``), so a public-looking name pointing
 inside, or an IP written in decimal, octal or IPv6-mapped form, is caught as well. It is a pure
@@ -48,7 +51,7 @@ class Allowance:
     """What a crawl may reach although it is not public."""
 
     allow_private: bool = False
-    private_hosts: frozenset[str] = frozenset()  # "host" (any port) or "host:port"
+    private_hosts: frozenset[str] = frozenset()  # "scheme://host:port", "host:port" or "host" (any port)
 
     @classmethod
     def of(cls, options: Any) -> Allowance:
@@ -72,18 +75,55 @@ class Allowance:
         hosts = getattr(options, "private_hosts", None)
         if hosts is None:
             hosts = getattr(options, "allowed_domains", None) or ()
-        return cls(allow, frozenset(_norm_host(h) for h in hosts if h))
+        return cls(allow, frozenset(_norm_entry(h) for h in hosts if h and h.strip()))
 
-    def allows_host(self, host: str, port: int | None) -> bool:
-        host = _norm_host(host)
-        return host in self.private_hosts or (port is not None and f"{host}:{port}" in self.private_hosts)
+    def allows_host(self, host: str, port: int | None, scheme: str = "") -> bool:
+        """True when the crawl allows this origin although it is private: its exact origin, its
+        host and port, or its host (every port) is listed. ``port`` None means the scheme's default."""
+        host = _host_token(host)
+        if host in self.private_hosts:
+            return True
+        scheme = scheme.lower()
+        port = port or _DEFAULT_PORTS.get(scheme)
+        return port is not None and (f"{host}:{port}" in self.private_hosts
+                                     or f"{scheme}://{host}:{port}" in self.private_hosts)
 
 
 _ALLOWANCES: dict[int, tuple[object, Allowance]] = {}  # a crawl's options -> its allowance, built once
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _norm_host(host: str) -> str:
     return host.strip().lower().rstrip(".").strip("[]")
+
+
+def _host_token(host: str) -> str:
+    """A host as entries spell it: lowercase, no trailing dot, an IPv6 address in brackets."""
+    host = _norm_host(host)
+    return f"[{host}]" if ":" in host else host
+
+
+def _norm_entry(entry: str) -> str:
+    """A ``private_hosts`` entry in the form ``allows_host`` looks up: ``scheme://host:port``,
+    ``host:port`` or ``host`` (a bare IPv6 address is a host)."""
+    entry = entry.strip()
+    if "://" in entry:
+        try:
+            parts = urlsplit(entry)
+            scheme, host, port = parts.scheme.lower(), _host_token(parts.hostname or ""), parts.port
+        except ValueError:  # a bad port: an entry that matches nothing, not a failing fetch
+            return entry.lower()
+        port = port or _DEFAULT_PORTS.get(scheme)
+        return f"{scheme}://{host}:{port}" if port else host
+    if entry.startswith("["):  # "[v6]" or "[v6]:port"
+        host, _, rest = entry[1:].partition("]")
+        return f"{_host_token(host)}{rest}" if rest.startswith(":") and rest[1:].isdigit() else _host_token(host)
+    host, colon, port = entry.rpartition(":")
+    if colon and port.isdigit() and ":" not in host:
+        return f"{_host_token(host)}:{int(port)}"
+    return _host_token(entry)
 
 
 def getaddrinfo_resolver(host: str, port: int) -> list[str]:
@@ -167,7 +207,7 @@ def check_url(url: str, allowance: Allowance, resolver: Resolver = system_resolv
         raise Refused(f"unparsable URL: {exc}") from None
     if not host:
         raise Refused("URL has no host")
-    if allowance.allows_host(host, port):
+    if allowance.allows_host(host, port, parts.scheme):
         return []
     port = port or (443 if parts.scheme == "https" else 80)
     addresses = [host] if _is_ip_literal(host) else resolver(host, port)
@@ -191,18 +231,24 @@ def _is_ip_literal(host: str) -> bool:
 
 
 def private_seed_hosts(urls: Iterable[str], resolver: Resolver = system_resolver) -> list[str]:
-    """The hosts of seed URLs that resolve to non-public addresses: what a crawl allows itself.
+    """The origins (``scheme://host:port``) of seed URLs that resolve to non-public addresses: what a
+    crawl allows itself. The origin, not the host: the seed's machine may run other services.
 
     Meant for crawl start (``private_hosts``). An unresolvable seed host is left out: it fails on its own.
     """
-    hosts: set[str] = set()
+    origins: set[str] = set()
     for url in urls:
         try:
             check_url(url, Allowance(), resolver)
         except Refused:
-            host = urlsplit(url).hostname
-            if host:
-                hosts.add(_norm_host(host))
+            try:
+                parts = urlsplit(url)
+                scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
+            except ValueError:
+                continue
+            port = port or _DEFAULT_PORTS.get(scheme)
+            if host and port:
+                origins.add(f"{scheme}://{_host_token(host)}:{port}")
         except (ResolutionFailed, ValueError):
             continue
-    return sorted(hosts)
+    return sorted(origins)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .models import Request
 from .settings import CrawlOptions
+from .urls import without_userinfo
 
 BROWSER_AGENTS = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
@@ -56,8 +57,8 @@ def user_agent(request: Request, options: CrawlOptions) -> str:
 def for_request(request: Request, options: CrawlOptions) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """(headers, cookies, proxies) for one request."""
     headers = {"Accept": ACCEPT, **options.headers, "User-Agent": user_agent(request, options)}
-    if request.referer:
-        headers.setdefault("Referer", request.referer)
+    if request.referer:  # never a password in it, however the request was built
+        headers.setdefault("Referer", without_userinfo(request.referer))
     cookies = dict(options.cookies)
     if options.cookie_provider:
         cookies.update(provider(options.cookie_provider)(request) or {})

@@ -9,6 +9,9 @@ Levels: INFO for a crawl's lifecycle and for final failures that are the site's 
 WARNING for final failures the crawl could not get past (5xx after retries, timeouts, refused
 connections) and for a host asking us to back off; DEBUG for routine politeness waits and retries.
 Expected failures never carry a traceback: they are data, not bugs.
+
+No line shows a secret: every field and every message of the ``crawltasks`` loggers goes through
+``urls.redact`` (passwords in URLs, sensitive headers and cookies), whatever formats it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import logging
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
+
+from .urls import redact
 
 LOGGER_NAME = "crawltasks.events"
 log = logging.getLogger(LOGGER_NAME)
@@ -55,7 +60,7 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 def event(name: str, level: int = logging.INFO, logger: logging.Logger | None = None, **fields: Any) -> str:
     """Log one structured line ``name key=value ...`` and return it (tests read it back)."""
-    fields = {k: v for k, v in fields.items() if v is not None}
+    fields = redact({k: v for k, v in fields.items() if v is not None})
     line = f"{name} {format_fields(fields)}".rstrip()
     (logger or log).log(level, "%s", line, extra={"event": name, "fields": fields})
     return line
@@ -103,6 +108,23 @@ def host_backoff(crawl_id: str | None, host: str, seconds: float, reason: str, u
                  host=host, reason=reason, seconds=round(seconds, 3))
 
 
+class Redacting(logging.Filter):
+    """Redacts the message of every record its logger makes (plain ``log.warning("%r", exc)`` calls
+    included), so the line is safe under any handler: Celery's worker format as much as ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args or "@" in str(record.msg):
+            message = record.getMessage()
+            safe = redact(message)
+            if safe != message:
+                record.msg, record.args = safe, None
+        return True
+
+
+for _name in ("crawltasks", LOGGER_NAME):  # every logger of the package (see its modules' getLogger)
+    logging.getLogger(_name).addFilter(Redacting())
+
+
 # --- setup -----------------------------------------------------------------------------------------
 class LineFormatter(logging.Formatter):
     """``time level message`` on one line; a traceback only for unexpected errors.
@@ -117,10 +139,10 @@ class LineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         if getattr(record, "expected", False) and record.exc_info:
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-        line = super().format(record)
+        line = redact(super().format(record))  # a traceback's text too
         fields = getattr(record, "fields", None)
         if fields is None:  # a plain log call: still show which crawl and URL it is about
-            extra = {k: getattr(record, k) for k in ("crawl_id", "url") if getattr(record, k, None)}
+            extra = redact({k: getattr(record, k) for k in ("crawl_id", "url") if getattr(record, k, None)})
             if extra:
                 first, sep, rest = line.partition("\n")
                 line = f"{first} {format_fields(extra)}{sep}{rest}"

@@ -62,10 +62,84 @@ def _full_canonical(url: str) -> str:
         port = parts.port
     except (ValueError, UnicodeError) as exc:
         raise InvalidURL(str(exc) or "invalid URL") from None
-    netloc = parts.netloc.lower()
+    userinfo, at, netloc = parts.netloc.rpartition("@")  # user and password are case-sensitive: kept exact
+    netloc = netloc.lower()
     if port is not None and DEFAULT_PORTS.get(parts.scheme) == port:
         netloc = netloc.rsplit(":", 1)[0]
-    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    return urlunsplit((parts.scheme, userinfo + at + netloc, parts.path or "/", parts.query, ""))
+
+
+MASK = "***"
+# scheme://userinfo@ anywhere in a text; the userinfo runs to the authority's last "@" (an unencoded
+# "@" in a password must not leave its tail on show).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)((?:[^/?#@\s'\"<>]*@)+)")
+# Header, cookie or option names whose values are secrets: Authorization, Proxy-Authorization,
+# Cookie, X-Api-Key, X-Auth-Token, session ids, ...
+SENSITIVE_NAME = re.compile(r"(?i)auth|cookie|token|secret|passw|key|session|credential")
+
+
+def redact(value: Any) -> Any:
+    """``value`` safe to show or store: the one place that decides what a secret looks like.
+
+    In a string, every URL's password becomes ``***`` and its user name stays
+    (``http://Alice:***@host/``); a user name without a password is masked whole (``http://***@host/``),
+    since that is how tokens travel. In a mapping (headers, cookies, options, log fields), the value
+    of every sensitive name (``SENSITIVE_NAME``) is masked; under a sensitive name holding a mapping
+    (``cookies``), names stay and values go. Lists and tuples are redacted item by item; anything
+    else is returned as it is. Only requests themselves (the queued request) keep credentials.
+    """
+    if isinstance(value, str):
+        return _USERINFO.sub(_mask_userinfo, value) if "@" in value else value
+    if isinstance(value, dict):
+        return {k: _mask_value(v) if isinstance(k, str) and SENSITIVE_NAME.search(k) else redact(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value)
+    return value
+
+
+def _mask_userinfo(m: re.Match[str]) -> str:
+    user, colon, _ = m.group(2)[:-1].partition(":")
+    return f"{m.group(1)}{user}:{MASK}@" if colon else f"{m.group(1)}{MASK}@"
+
+
+def _mask_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: MASK for k in value}
+    return MASK if value else value
+
+
+def without_userinfo(url: str) -> str:
+    """url without ``user:password@``: what a Referer may carry (RFC 9110 forbids userinfo there)."""
+    if "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def restore_userinfo(url: str, sources: Iterable[str]) -> str:
+    """A redacted url with its credentials put back from the first source URL (a seed) of the same
+    scheme, host and port whose redacted userinfo is the url's; url as it is when there is none
+    (``retry-failed`` sends stored URLs, which are redacted, again)."""
+    if MASK not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+        masked, _, hostport = parts.netloc.rpartition("@")
+        origin = (parts.scheme.lower(), host_key(url))
+        for source in sources:
+            userinfo = urlsplit(source).netloc.rpartition("@")[0]
+            if (userinfo and (urlsplit(source).scheme.lower(), host_key(source)) == origin
+                    and urlsplit(redact(source)).netloc.rpartition("@")[0] == masked):
+                return urlunsplit(parts._replace(netloc=f"{userinfo}@{hostport}"))
+    except ValueError:
+        pass
+    return url
 
 
 def check_seeds(urls: Iterable[str]) -> list[str]:
@@ -75,7 +149,7 @@ def check_seeds(urls: Iterable[str]) -> list[str]:
         try:
             out.append(canonicalize(url))
         except InvalidURL as exc:
-            raise ValueError(f"invalid seed URL {url!r}: {exc}") from None
+            raise ValueError(f"invalid seed URL {redact(url)!r}: {redact(str(exc))}") from None
     return out
 
 

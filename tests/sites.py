@@ -30,6 +30,7 @@ class SiteServer:
         self.routes: dict[str, Route] = dict(routes or {})
         self.hits: list[Hit] = []
         self.counts: dict[str, int] = {}
+        self.current = threading.local()  # .hit: the request this handler thread answers (routes read its headers)
         self._lock = threading.Lock()
         owner = self
 
@@ -41,6 +42,7 @@ class SiteServer:
                 with owner._lock:
                     owner.hits.append(hit)
                     owner.counts[self.path] = owner.counts.get(self.path, 0) + 1
+                owner.current.hit = hit
                 route = owner.routes.get(self.path) or owner.routes.get(self.path.split("?")[0])
                 status, headers, body = route(owner, self.path) if route else (404, {}, b"not found")
                 self.send_response(status)

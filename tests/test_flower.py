@@ -222,3 +222,76 @@ def test_flower_tasks_page_in_headless_chromium(flower_stack, tmp_path_factory):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / shot.name)
+
+
+# --- the address check, however Flower is started ----------------------------------------------------
+REFUSAL = "flower: refusing to listen on 0.0.0.0 without authentication"
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses with a TCP socket listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        path = Path(name)
+        for line in path.read_text().splitlines()[1:] if path.exists() else []:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # little-endian words
+                found.add(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, packed))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from /proc")
+@pytest.mark.parametrize("how", ["--address", "FLOWER_ADDRESS"])
+def test_flower_refuses_an_open_address_without_auth_outside_the_project_root(redis_url, tmp_path, how):
+    port = free_port()
+    args = ["--address=0.0.0.0"] if how == "--address" else []
+    extra = {"FLOWER_ADDRESS": "0.0.0.0"} if how == "FLOWER_ADDRESS" else {}
+    env = service_env(Settings(broker_url=redis_url, redis_url=redis_url), **extra)
+    proc = Proc([*CELERY, "flower", f"--port={port}", *args], env, tmp_path / "flower.log", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.p.poll() is None and not listening(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert listening(port) == set(), f"flower listens on {listening(port)} without authentication"
+        code = proc.p.wait(10)
+    finally:
+        proc.stop()
+    lines = [line for line in proc.output().splitlines() if line.strip()]
+    assert code == 1, proc.output()
+    assert len(lines) == 1 and lines[0].startswith(REFUSAL), lines  # one line, no traceback
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from /proc")
+@pytest.mark.parametrize("args", [["--address=127.0.0.1"], []], ids=["127.0.0.1", "no address"])
+def test_flower_starts_on_loopback_outside_the_project_root(redis_url, tmp_path, args):
+    port = free_port()
+    env = service_env(Settings(broker_url=redis_url, redis_url=redis_url))
+    proc = Proc([*CELERY, "flower", f"--port={port}", *args], env, tmp_path / "flower.log", cwd=tmp_path)
+    try:
+        proc.wait_for(lambda: requests.get(f"http://127.0.0.1:{port}/healthcheck", timeout=2).ok, "flower")
+        assert listening(port) == {"127.0.0.1"}  # without an address Flower would take every interface
+    finally:
+        proc.stop()
+
+
+def test_refusal_rules():
+    from types import SimpleNamespace
+
+    from crawltasks.flowerguard import refusal
+
+    def opts(**kw: Any) -> SimpleNamespace:
+        return SimpleNamespace(**{"address": "", "unix_socket": "", "basic_auth": None, "auth": "", **kw})
+
+    unset = opts()
+    assert refusal(unset) is None and unset.address == "127.0.0.1"
+    for address in ("127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"):
+        assert refusal(opts(address=address)) is None, address
+    for address in ("0.0.0.0", "::", "10.1.2.3", "192.168.0.5"):
+        assert refusal(opts(address=address)).startswith(f"flower: refusing to listen on {address} "), address
+        assert refusal(opts(address=address, basic_auth=[""])) is not None  # an empty --basic-auth is no auth
+        assert refusal(opts(address=address, basic_auth=["u:p"])) is None
+        assert refusal(opts(address=address, auth=".*@example\\.com")) is None
+    assert refusal(opts(address="0.0.0.0", unix_socket="/tmp/flower.sock")) is None

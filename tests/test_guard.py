@@ -82,8 +82,14 @@ def test_allowance_read_from_options_defensively():
 
 
 def test_private_seed_hosts():
+    """The seeds' origins, not their hosts: other ports of a seed's machine stay refused."""
     seeds = ["http://127.0.0.1:8000/", "http://localhost/", "http://93.184.216.34/", "http://[::1]:81/"]
-    assert private_seed_hosts(seeds) == ["127.0.0.1", "::1", "localhost"]
+    assert private_seed_hosts(seeds) == ["http://127.0.0.1:8000", "http://[::1]:81", "http://localhost:80"]
+    own = Allowance.of(CrawlOptions(private_hosts=private_seed_hosts(seeds)))
+    assert check_url("http://127.0.0.1:8000/x", own, fake_resolver) == []
+    for url in ("http://127.0.0.1:8001/", "https://127.0.0.1:8000/", "http://localhost:6379/", "http://[::1]:82/"):
+        with pytest.raises(Refused):
+            check_url(url, own, fake_resolver)
 
 
 @pytest.fixture
