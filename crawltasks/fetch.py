@@ -11,8 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import requests
+from urllib3.exceptions import InvalidChunkLength
 
 from . import identity
 from .guard import Allowance, Refused, ResolutionFailed, check_url
@@ -36,17 +38,24 @@ class TooSlow(Exception):
     """The response did not complete within the total time cap."""
 
 
+class BadFraming(Exception):
+    """The body does not follow its own framing (a negative chunk size): no retry mends that."""
+
+
 def _read_capped(resp: requests.Response, max_size: int, deadline: float) -> Body:
     """Stream the decoded body, stopping at max_size: a compression bomb is never inflated past it
     (urllib3 2 decompresses at most one chunk's worth of output per read)."""
     chunks, size = [], 0
-    for chunk in resp.iter_content(CHUNK):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > max_size:
-            return Body(b"".join(chunks)[:max_size], True)
-        if time.monotonic() > deadline:
-            raise TooSlow("response took longer than the total time cap")
+    try:
+        for chunk in resp.iter_content(CHUNK):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_size:
+                return Body(b"".join(chunks)[:max_size], True)
+            if time.monotonic() > deadline:
+                raise TooSlow("response took longer than the total time cap")
+    except ValueError as exc:  # urllib3 takes a negative chunk size for a length, and read() refuses it
+        raise BadFraming(f"malformed body framing: {exc}") from exc
     return Body(b"".join(chunks), False)
 
 
@@ -74,6 +83,16 @@ def _now() -> str:
 
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any]) -> Fetched | None:
+    """The failure of a final answer below 400 that is no page: an interim 1xx, a 304 (we never ask
+    conditionally), a 3xx whose Location is missing or empty; None for a 2xx."""
+    if status < 200 or status == 304:
+        return _failure(request, "bad_response", f"HTTP {status} is not a final answer to a GET ({final})", **common)
+    if status >= 300:
+        return _failure(request, "bad_redirect", f"HTTP {status} without a Location to follow ({final})", **common)
+    return None
 
 
 def fetch_one(request: Request, options: CrawlOptions,
@@ -142,7 +161,10 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
                 content_type = resp.headers.get("Content-Type", "")
                 retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
                 declared = _content_length(resp)
-                if status < 400 and declared is not None and declared > options.max_size:
+                if status < 200:  # an interim answer taken for the final one: close, read nothing after it
+                    resp.raw.close()
+                    body = Body(b"", False)
+                elif status < 400 and declared is not None and declared > options.max_size:
                     body = Body(b"", True)  # refused on the declared length, nothing read
                 else:
                     body = _read_capped(resp, options.max_size, deadline)
@@ -164,6 +186,8 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
     if status >= 400:
         return _failure(request, f"http_{status}", f"HTTP {status} from {final}",
                         transient=status in TRANSIENT_STATUSES, **common), None
+    if (refused := _not_a_page(request, status, final, common)) is not None:
+        return refused, None
     if body.truncated:
         size = f"{declared} bytes declared" if declared and declared > options.max_size else "cut while streaming"
         return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes; {size})",
@@ -181,21 +205,30 @@ def _safe(url: str) -> str:
     return url if len(url) <= 2000 else url[:2000] + "..."
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost error behind requests' and urllib3's wrappers."""
-    seen: set[int] = set()
-    while id(exc) not in seen:
-        seen.add(id(exc))
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The error and those behind it, through requests' and urllib3's wrappers, innermost last."""
+    chain: list[BaseException] = [exc]
+    while True:
         inner = next((a for a in getattr(exc, "args", ()) if isinstance(a, BaseException)), None)
         inner = inner or getattr(exc, "reason", None) or exc.__cause__ or exc.__context__
-        if not isinstance(inner, BaseException):
-            break
+        if not isinstance(inner, BaseException) or any(inner is seen for seen in chain):
+            return chain
+        chain.append(inner)
         exc = inner
-    return exc
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost error behind requests' and urllib3's wrappers."""
+    return _causes(exc)[-1]
 
 
 def _classify(request: Request, exc: Exception, watch: Watch, options: CrawlOptions) -> Fetched:
     """A failure with a clear reason for whatever the fetch raised."""
+    if watch.handshaking and (watch.expired or isinstance(exc, (requests.Timeout, TimeoutError))):
+        # connected, and the server never answered the TLS hello: it waits for an HTTP request line
+        return _failure(request, "ssl_error", f"no TLS handshake from the server (a plain HTTP port?): {exc}")
+    if any(isinstance(e, (BadFraming, InvalidChunkLength)) for e in _causes(exc)):
+        return _failure(request, "bad_response", f"not a valid HTTP body: {exc}")
     if watch.expired or isinstance(exc, TooSlow):
         return _failure(request, "too_slow", f"no complete response within the total time cap "
                         f"({options.timeout}s): {exc}", transient=True)

@@ -3,7 +3,7 @@
 Key names come from ``redisstate.Keys``. A host's three queues (high, default, low) are named by the
 script from the prefix it is given plus ``<host>:<h|d|l>``: they share the crawl's hash tag, so every
 key a script touches is in the crawl's slot. A claim is a JSON array
-``[owner, fetching (1/0), since_ms, host, priority code, queue entry]``.
+``[owner, fetching (1/0), since_ms, host, priority code, queue entry, hot (1/0, absent: 0)]``.
 """
 
 # The clock, a host's three queue names, and putting a host in the heap at the right time.
@@ -159,6 +159,54 @@ end
 return out
 """
 
+# KEYS: claims. ARGV: owner, leases... A parse or store task takes up its requests' claims (the
+# claim's 7th field is 1 while its request is worked on: "hot"). Per lease: 0 when the claim is gone
+# (this delivery is stale), else 1 + the deliveries of the request lost with their worker. A claim
+# another owner held hot was being worked on when that delivery died (a pool child, its message
+# delivered again): a loss, counted here in the entry. Claims never lost become hot; the others cold.
+TAKE_UP = _COMMON + """
+local now, out = now_ms(), {}
+for i = 2, #ARGV do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw then
+    local c = cjson.decode(raw)
+    local e = cjson.decode(c[6])
+    local extras = e[4]
+    if type(extras) ~= 'table' then extras = {} end
+    local lost = tonumber(extras['l'] or 0)
+    if c[7] == 1 and c[1] ~= ARGV[1] then
+      lost = lost + 1
+      extras['l'] = lost
+      e[4] = extras
+      c[6] = cjson.encode(e)
+    end
+    c[1], c[3] = ARGV[1], now
+    if lost == 0 then c[7] = 1 else c[7] = 0 end
+    redis.call('HSET', KEYS[1], ARGV[i], cjson.encode(c))
+    out[#out + 1] = lost + 1
+  else out[#out + 1] = 0 end
+end
+return out
+"""
+
+# KEYS: claims. ARGV: owner, hot (1/0), leases... The owner starts (1) or stops (0) working on these
+# requests; claims it no longer holds are left alone.
+MARK = _COMMON + """
+local now = now_ms()
+for i = 3, #ARGV do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw then
+    local c = cjson.decode(raw)
+    if c[1] == ARGV[1] then
+      c[7] = tonumber(ARGV[2])
+      if c[7] == 0 then c[3] = now end  -- cold again: handed on to the next stage now
+      redis.call('HSET', KEYS[1], ARGV[i], cjson.encode(c))
+    end
+  end
+end
+return 1
+"""
+
 # KEYS: claims, busy, frontier, ready, hostnext. ARGV: leases... Their fetches are over: each host
 # slot is freed once, and a host that waited for a slot may be taken again.
 FETCHED = _COMMON + """
@@ -168,7 +216,7 @@ for i = 1, #ARGV do
   if raw then
     local c = cjson.decode(raw)
     if c[2] == 1 then
-      c[2] = 0
+      c[2], c[3] = 0, now
       redis.call('HSET', KEYS[1], ARGV[i], cjson.encode(c))
       slot_free(KEYS[2], KEYS[3], c[4])
       if redis.call('ZSCORE', KEYS[4], c[4]) then wake(KEYS[4], KEYS[5], c[4], now) end
@@ -221,24 +269,31 @@ redis.call('ZADD', KEYS[1], 'XX', 'GT', until_ms, ARGV[1])
 return 1
 """
 
-# KEYS: claims. ARGV: dispatch_lease_ms, lease_ms, renew_ms (0: off), live owners... Which claims
-# are lost: owned by a worker that is not live (kind 1); unowned past the dispatch lease, in a live
-# worker's hands (fetching) but not renewed within renew_ms, or older than the lease (kind 0).
+# KEYS: claims. ARGV: dispatch_lease_ms, lease_ms, renew_ms (0: off), handoff_ms (0: off), live
+# owners... A claim between two stages (neither fetching nor hot) that the next stage has not taken
+# up within handoff_ms is lost too (kind 0): its message died with a worker that had just taken it
+# off the queue. Which claims
+# are lost: owned by a worker that is not live, when it was fetching or working on them (hot: kind 1,
+# a loss is counted); owned by a dead worker but only waiting there (cold), unowned past the dispatch
+# lease, in a live worker's hands (fetching) but not renewed within renew_ms, or older than the lease
+# (kind 0).
 # Returns {lease, kind}... (the caller gives them back).
 EXPIRED = _COMMON + """
 local now = now_ms()
 local dispatch, lease, renew = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local handoff = tonumber(ARGV[4])
 local live = {}
-for i = 4, #ARGV do live[ARGV[i]] = true end
+for i = 5, #ARGV do live[ARGV[i]] = true end
 local out = {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local c = cjson.decode(all[i + 1])
   local owner, since = c[1], c[3]
   if owner ~= '' and not live[owner] then
-    out[#out + 1] = {all[i], 1}
+    if c[2] == 1 or c[7] == 1 then out[#out + 1] = {all[i], 1} else out[#out + 1] = {all[i], 0} end
   elseif (owner == '' and since + dispatch < now) or since + lease < now
-      or (owner ~= '' and c[2] == 1 and renew > 0 and since + renew < now) then
+      or (owner ~= '' and c[2] == 1 and renew > 0 and since + renew < now)
+      or (owner ~= '' and c[2] == 0 and c[7] ~= 1 and handoff > 0 and since + handoff < now) then
     out[#out + 1] = {all[i], 0}
   end
 end

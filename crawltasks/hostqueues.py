@@ -161,6 +161,19 @@ class Frontier(Protocol):
         """The worker ``owner`` takes these claims up; False for one that is no longer current."""
         ...
 
+    def take_up(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[int | None]:
+        """A parse or store task of ``owner`` takes these claims up: per lease None when it is gone
+        (this delivery is stale), else how many deliveries of the request died with their worker.
+        A claim another owner held *hot* (working on it) counts one more: that delivery died.
+        Claims never lost become hot; the others stay cold until ``mark``."""
+        ...
+
+    def mark(self, crawl_id: str, leases: Sequence[str], owner: str, hot: bool) -> None:
+        """``owner`` starts (hot) or stops working on these requests. A worker that dies costs a
+        loss only to the requests it was fetching or working on; those merely waiting in its hands
+        go back unmarked."""
+        ...
+
     def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
         """These requests are no longer in flight at their host: its slot is free (once per claim)."""
         ...
@@ -182,10 +195,14 @@ class Frontier(Protocol):
         ...
 
     def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
-                renew_within: float = 0.0) -> int:
+                renew_within: float = 0.0, handoff_within: float = 0.0) -> int:
         """Put back claims whose owner is not in ``live``, unowned ones older than ``dispatch_lease``,
         those a live owner holds to fetch but has not claimed again within ``renew_within`` (0: no
-        such check; the owner lost track of them) and any older than ``lease_time``; returns how many."""
+        such check; the owner lost track of them), those handed on between two stages (neither
+        fetching nor hot) that no stage took up within ``handoff_within`` (0: no such check; the
+        caller asks only when no stage message waits in the broker, so the message was lost) and any
+        older than ``lease_time``; returns how many.
+        A loss is counted in the request only when its dead owner was fetching or working on it."""
         ...
 
     def drop_queued(self, crawl_id: str) -> int:
@@ -202,6 +219,7 @@ class _Claim:
     fetching: bool
     since: float
     request: Request
+    hot: bool = False
 
 
 class MemoryFrontier:
@@ -310,11 +328,31 @@ class MemoryFrontier:
             out.append(c is not None)
         return out
 
+    def take_up(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[int | None]:
+        claims, out = self.claims.get(crawl_id, {}), []
+        for lease in leases:
+            c = claims.get(lease)
+            if c is None:
+                out.append(None)
+                continue
+            c.request.lost += int(c.hot and c.owner != owner)
+            c.owner, c.since, c.hot = owner, self.clock(), c.request.lost == 0
+            out.append(c.request.lost)
+        return out
+
+    def mark(self, crawl_id: str, leases: Sequence[str], owner: str, hot: bool) -> None:
+        for lease in leases:
+            c = self.claims.get(crawl_id, {}).get(lease)
+            if c is not None and c.owner == owner:
+                c.hot = hot
+                if not hot:
+                    c.since = self.clock()  # handed on to the next stage now
+
     def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
         for lease in leases:
             c = self.claims.get(crawl_id, {}).get(lease)
             if c is not None and c.fetching:
-                c.fetching = False
+                c.fetching, c.since = False, self.clock()
                 self._slot_free(crawl_id, host_key(c.request.url))
 
     def _slot_free(self, crawl_id: str, host: str) -> None:
@@ -353,13 +391,15 @@ class MemoryFrontier:
             self.claims.get(crawl_id, {}).pop(lease, None)
 
     def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
-                renew_within: float = 0.0) -> int:
+                renew_within: float = 0.0, handoff_within: float = 0.0) -> int:
         now, back = self.clock(), []
         for c in list(self.claims.get(crawl_id, {}).values()):
-            lost = bool(c.owner) and c.owner not in live
+            lost = bool(c.owner) and c.owner not in live  # costs a loss only if it was at stake there
             forgotten = bool(c.owner) and c.fetching and renew_within > 0 and now - c.since > renew_within
-            if lost or forgotten or (not c.owner and now - c.since > dispatch_lease) or now - c.since > lease_time:
-                c.request.lost += int(lost)
+            dropped = bool(c.owner) and not (c.fetching or c.hot) and 0 < handoff_within < now - c.since
+            if lost or forgotten or dropped or (not c.owner and now - c.since > dispatch_lease) \
+                    or now - c.since > lease_time:
+                c.request.lost += int(lost and (c.fetching or c.hot))
                 back.append(c.request)
         self.give_back(crawl_id, back)
         return len(back)

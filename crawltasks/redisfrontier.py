@@ -31,6 +31,8 @@ class RedisFrontier:
         self._schedule = client.register_script(frontierlua.SCHEDULE)
         self._take = client.register_script(frontierlua.TAKE)
         self._claim = client.register_script(frontierlua.CLAIM)
+        self._take_up = client.register_script(frontierlua.TAKE_UP)
+        self._mark = client.register_script(frontierlua.MARK)
         self._fetched = client.register_script(frontierlua.FETCHED)
         self._give_back = client.register_script(frontierlua.GIVE_BACK)
         self._hold = client.register_script(frontierlua.HOLD)
@@ -78,6 +80,16 @@ class RedisFrontier:
             return []
         return [bool(f) for f in self._claim(keys=[Keys.claims(crawl_id)], args=[owner, *leases])]
 
+    def take_up(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[int | None]:
+        if not leases:
+            return []
+        flags = self._take_up(keys=[Keys.claims(crawl_id)], args=[owner, *leases])
+        return [int(f) - 1 if int(f) else None for f in flags]
+
+    def mark(self, crawl_id: str, leases: Sequence[str], owner: str, hot: bool) -> None:
+        if leases:
+            self._mark(keys=[Keys.claims(crawl_id)], args=[owner, int(hot), *leases])
+
     def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
         if leases:
             self._fetched(keys=[Keys.claims(crawl_id), Keys.busy(crawl_id), Keys.frontier(crawl_id),
@@ -108,9 +120,10 @@ class RedisFrontier:
             self.r.hdel(Keys.claims(crawl_id), *leases)
 
     def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
-                renew_within: float = 0.0) -> int:
+                renew_within: float = 0.0, handoff_within: float = 0.0) -> int:
         rows = self._expired(keys=[Keys.claims(crawl_id)], args=[
-            int(dispatch_lease * 1000), int(lease_time * 1000), int(renew_within * 1000), *sorted(live)])
+            int(dispatch_lease * 1000), int(lease_time * 1000), int(renew_within * 1000),
+            int(handoff_within * 1000), *sorted(live)])
         lost = [(lease.decode(), "") for lease, kind in rows if int(kind) == 1]
         late = [(lease.decode(), "") for lease, kind in rows if int(kind) == 0]
         return self._give(crawl_id, lost, 0.0, lost=True) + self._give(crawl_id, late, 0.0, lost=False)
@@ -144,3 +157,20 @@ class RedisFrontier:
         rows = pipe.execute()
         high = [c for c, (_, h) in zip(crawl_ids, rows, strict=True) if int(h or 0) > 0]
         return sum(int(out or 0) for out, _ in rows), high
+
+    def host_rows(self, crawl_id: str, hosts: Sequence[str]) -> dict[str, tuple[int, int, int, str | None]]:
+        """For the dashboard, per host of the crawl: (requests queued, in flight, next start in ms of
+        Redis' clock (0: none set), its own limits "concurrency,delay_ms,random_ms" or None), one round trip."""
+        if not hosts:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for host in hosts:
+            for key in Keys.queues(crawl_id, host):
+                pipe.llen(key)
+        pipe.hmget(Keys.busy(crawl_id), list(hosts))
+        pipe.hmget(Keys.host_next_at(crawl_id), list(hosts))
+        pipe.hmget(Keys.host_limits(crawl_id), list(hosts))
+        replies = pipe.execute()
+        busy, nxt, limits = replies[-3:]
+        return {host: (sum(replies[3 * i:3 * i + 3]), int(busy[i] or 0), int(nxt[i] or 0),
+                       limits[i].decode() if limits[i] else None) for i, host in enumerate(hosts)}

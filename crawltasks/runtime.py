@@ -14,7 +14,7 @@ from .liveness import Fleet, Heartbeat
 from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
-from .spiders import Spider, resolve_spider
+from .spiders import Spider, SpiderNotFound, resolve_spider
 from .store import MongoStorage
 
 
@@ -81,10 +81,16 @@ class Runtime:
         return opts
 
     def spider(self, crawl_id: str) -> Spider:
+        """The crawl's spider, made once per process. SpiderNotFound when it cannot be imported or
+        made (its constructor raised): the stages fail its requests ``spider_not_found``."""
         spider = self._spiders.get(crawl_id)
         if spider is None:
-            cls = resolve_spider(self.options(crawl_id).spider, self.settings.spider_modules)
-            spider = cls(crawl_id=crawl_id)
+            ref = self.options(crawl_id).spider
+            cls = resolve_spider(ref, self.settings.spider_modules)
+            try:
+                spider = cls(crawl_id=crawl_id)
+            except Exception as exc:  # noqa: BLE001 - user code
+                raise SpiderNotFound(f"cannot make spider {ref!r}: {type(exc).__name__}: {exc}") from None
             if len(self._spiders) > 256:
                 self._spiders.clear()
             self._spiders[crawl_id] = spider

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from .models import Request
 from .parse import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
-from .urls import join
+from .urls import join, without_userinfo
 
 SPIDERS: dict[str, type[Spider]] = {}
 
@@ -112,7 +112,7 @@ class Response:
         absolute = url if url.startswith(("http://", "https://")) else self.urljoin(url)
         return Request(url=absolute, depth=self.depth + 1,
                        priority=priority or self.request.priority, meta=dict(meta or {}),
-                       dont_filter=dont_filter, referer=self.url)
+                       dont_filter=dont_filter, referer=without_userinfo(self.url))
 
     def follow_all(self, urls: Iterable[str] | None = None, **kwargs: Any) -> Iterator[Request]:
         """``follow`` for each URL (default: every link of the page)."""
@@ -122,7 +122,7 @@ class Response:
             return
         # The page's own links, already absolute: what they share is worked out once (this runs
         # for every link of every page; on pages of hundreds of links it was a tenth of parsing).
-        depth, priority, referer = self.request.depth + 1, self.request.priority, self.url
+        depth, priority, referer = self.request.depth + 1, self.request.priority, without_userinfo(self.url)
         for url in self.links:
             yield Request(url=url, depth=depth, priority=priority, referer=referer)
 
@@ -189,23 +189,30 @@ class SiteSpider(Spider):
 
 
 def resolve_spider(ref: str, modules: Iterable[str] = ()) -> type[Spider]:
-    """The spider class for a registered name or a ``module:Class`` path."""
+    """The spider class for a registered name or a ``module:Class`` path. Raises SpiderNotFound
+    whatever stops it, a module that fails to import included: a worker without the spider's code
+    fails the crawl's requests (``spider_not_found``), it does not crash on them."""
     if ":" in ref:
         module_name, _, attr = ref.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
             for part in attr.split("."):
                 obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise SpiderNotFound(f"cannot import spider {ref!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - user code: whatever its import raises
+            raise SpiderNotFound(f"cannot import spider {ref!r}: {type(exc).__name__}: {exc}") from None
         if not (isinstance(obj, type) and issubclass(obj, Spider)):
             raise SpiderNotFound(f"{ref!r} is not a Spider subclass")
         return obj
+    broken = []
     if ref not in SPIDERS:
         for module in modules:
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # noqa: BLE001 - another module may still have it
+                broken.append(f"{module}: {type(exc).__name__}: {exc}")
     try:
         return SPIDERS[ref]
     except KeyError:
         known = ", ".join(sorted(SPIDERS)) or "none"
-        raise SpiderNotFound(f"no spider named {ref!r} (known: {known})") from None
+        failed = f"; modules that failed to import: {'; '.join(broken)}" if broken else ""
+        raise SpiderNotFound(f"no spider named {ref!r} (known: {known}){failed}") from None

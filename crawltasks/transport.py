@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -25,7 +26,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 _local = threading.local()
 POOL_HOSTS = 2048  # hosts whose idle connections a process keeps (a broad crawl talks to many at once)
-POOL_PER_HOST = 8  # idle connections kept per host; more may be open, they are closed when done
+POOL_PER_HOST = 64  # idle connections kept per host; more may be open, they are closed when done
 
 
 class Watch:
@@ -43,6 +44,7 @@ class Watch:
         self.done = False
         # called just before the first request goes out and again once it is out (then dropped)
         self.on_send: Callable[[], None] | None = None
+        self.handshaking = False  # connected to an HTTPS server, TLS handshake not done (see fetch._classify)
         self._lock = threading.Lock()
 
     def sending(self, done: bool) -> None:
@@ -147,6 +149,9 @@ class _WatchedMixin:
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
+        watch = getattr(_local, "watch", None)
+        if watch is not None:
+            watch.handshaking = False
         self._attach()
 
     def request(self, *args: Any, **kwargs: Any) -> None:
@@ -170,7 +175,14 @@ class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):
 
 
 class _WatchedHTTPSConnection(_WatchedMixin, HTTPSConnection):
-    pass
+    def _new_conn(self) -> socket.socket:
+        """The TCP connection; the TLS handshake comes next (``connect`` notes when it is done): a
+        server that never completes it is most likely plain HTTP, not slow."""
+        sock = super()._new_conn()
+        watch = getattr(_local, "watch", None)
+        if watch is not None and self._tunnel_host is None:  # through a proxy, the tunnel comes first
+            watch.handshaking = True
+        return sock
 
 
 class _WatchedHTTPPool(HTTPConnectionPool):
@@ -220,6 +232,8 @@ def session() -> requests.Session:
             adapter = _Adapter(pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0)
             s.mount("http://", adapter)
             s.mount("https://", adapter)
+            # a host above POOL_PER_HOST at once closes its extra connections: expected, not a warning
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
             _shared = (os.getpid(), s)
         return _shared[1]
 

@@ -132,6 +132,20 @@ def not_http(server: HostileServer, conn: socket.socket, path: str) -> None:
     conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\nthis is not HTTP at all\r\n")
 
 
+def early_hints(server: HostileServer, conn: socket.socket, path: str) -> None:
+    """A 103 Early Hints, then the real answer on the same connection."""
+    conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+                 + _response(200, {}, html("After the hints")))
+
+
+def chunked(size_line: bytes) -> Handler:
+    """A chunked body whose first chunk declares ``size_line`` (negative, not hexadecimal)."""
+    def handle(server: HostileServer, conn: socket.socket, path: str) -> None:
+        head = _response(200, {"Transfer-Encoding": "chunked"}, b"", length=False)
+        conn.sendall(head + size_line + b"\r\nhello\r\n0\r\n\r\n")
+    return handle
+
+
 def header_flood(server: HostileServer, conn: socket.socket, path: str) -> None:
     headers = {f"X-Flood-{i}": "x" for i in range(500)}
     conn.sendall(_response(200, headers, html("Flood")))
@@ -200,6 +214,10 @@ CASES: dict[str, tuple[Handler, tuple[str, str | None]]] = {
     "/hang-up": (hang_up, ("failure", "connection_error")),
     "/not-http": (not_http, ("failure", "bad_response")),
     "/header-flood": (header_flood, ("failure", "bad_response")),
+    "/early-hints": (early_hints, ("failure", "bad_response")),
+    "/not-modified": (fixed(304), ("failure", "bad_response")),
+    "/negative-chunk": (chunked(b"-5"), ("failure", "bad_response")),
+    "/bad-chunk-size": (chunked(b"zz"), ("failure", "bad_response")),
     "/empty": (fixed(body=b""), ("page", None)),
     # far over max_size, declared or streamed; compression bombs
     "/huge-declared": (endless(True), ("failure", "too_large")),
@@ -214,6 +232,8 @@ CASES: dict[str, tuple[Handler, tuple[str, str | None]]] = {
     "/redirect-self": (redirect("{base}/redirect-self", 301), ("failure", "redirect_loop")),
     "/redirect-chain/0": (redirect("/redirect-chain/1"), ("failure", "too_many_redirects")),
     "/redirect-ok": (redirect("/redirect-ok/2", 307), ("page", None)),
+    "/redirect-empty": (fixed(302, {"Location": ""}), ("failure", "bad_redirect")),
+    "/redirect-nowhere": (fixed(301), ("failure", "bad_redirect")),
     "/redirect-ok/2": (redirect("/ok/8", 301), ("page", None)),
     "/redirect-bad-port": (redirect("http://127.0.0.1:99999/x"), ("failure", "invalid_url")),
     "/redirect-javascript": (redirect("javascript:alert(1)"), ("failure", "invalid_url")),

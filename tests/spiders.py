@@ -1,5 +1,7 @@
 """Spiders used by the tests; workers find them by name through CRAWLTASKS_SPIDER_MODULES."""
 
+import os
+
 from crawltasks.spiders import Spider
 
 
@@ -60,3 +62,56 @@ PROXY = {"url": None}
 
 def proxy_provider(request):
     return PROXY["url"]
+
+
+class PoisonSpider(Spider):
+    """Kills its worker process (as a crashing parser would) on any URL with "/poison" in it."""
+
+    name = "test-poison"
+
+    def parse(self, response):
+        if "/poison" in response.url:
+            if os.environ.get("POISON_LOG"):  # the tests count the deaths
+                with open(os.environ["POISON_LOG"], "a") as log:
+                    log.write(f"{os.getpid()}\n")
+            os._exit(1)
+        yield from response.follow_all()
+
+
+class FaultySpider(Spider):
+    """Every hook and parse raise on a page of their own; each page yields an item of its title."""
+
+    name = "test-faulty"
+
+    def after_response(self, response):
+        if response.url.endswith("/bad-after-response"):
+            raise RuntimeError("after_response broke")
+        return response
+
+    def parse(self, response):
+        if response.url.endswith("/bad-parse"):
+            raise ValueError("parse broke")
+        yield {"title": response.title}
+        if response.url.endswith("/bad-item"):
+            yield {"title": "bad item"}
+        yield from response.follow_all()
+
+    def before_store(self, kind, doc):
+        if kind == "page" and doc["url"].endswith("/bad-before-store"):
+            raise KeyError("before_store broke on a page")
+        if kind == "item" and doc["title"] == "bad item":
+            raise TypeError("before_store broke on an item")
+        return doc
+
+    def after_store(self, pages, items):
+        if any(p["url"].endswith("/bad-after-store") for p in pages):
+            raise RuntimeError("after_store broke")
+
+
+class BrokenInitSpider(Spider):
+    """Cannot be made on a worker: its constructor raises (as when a setting it needs is missing)."""
+
+    name = "test-broken-init"
+
+    def __init__(self, crawl_id: str = "", **kwargs):
+        raise RuntimeError("SPIDER_API_KEY is not set")

@@ -31,7 +31,7 @@ OPTIONS = dict(
 )
 KNOWN_REASONS = {
     "http_404", "http_410", "http_429", "http_500", "http_502", "http_503", "timeout", "too_slow", "too_large",
-    "decoding_error", "incomplete_body", "connection_error", "bad_response", "redirect_loop",
+    "decoding_error", "incomplete_body", "connection_error", "bad_response", "bad_redirect", "redirect_loop",
     "too_many_redirects", "invalid_url", "ssrf_blocked",
 }
 
@@ -124,7 +124,8 @@ def test_statuses_retried_or_not(crawled, hostile):
         assert by_path[path]["attempts"] == MAX_RETRIES + 1, path
         assert hostile.count(path) == MAX_RETRIES + 1, path
     assert hostile.count("/flaky-503") == 3 and hostile.count("/throttled") == 2
-    for path in ("/redirect-loop/a", "/bad-gzip", "/huge-streamed", "/gzip-bomb", "/not-http"):
+    for path in ("/redirect-loop/a", "/bad-gzip", "/huge-streamed", "/gzip-bomb", "/not-http", "/early-hints",
+                 "/not-modified", "/negative-chunk", "/bad-chunk-size", "/redirect-empty"):
         assert by_path[path]["attempts"] == 1 and hostile.count(path) == 1, path
 
 

@@ -239,3 +239,47 @@ def test_a_claim_in_hand_that_is_not_renewed_comes_back(fr):
     [back] = fr.f.take(fr.crawl_id, 5, FREE).requests
     assert back.url == "http://b.test/1" and back.lost == 0
     assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600) == 0, "off by default"
+
+
+def test_a_dead_worker_costs_a_loss_only_to_the_requests_it_was_working_on(fr):
+    fr.f.add(fr.crawl_id, [req(f"http://{h}.test/1") for h in "abc"])
+    a, b, c = sorted(fr.f.take(fr.crawl_id, 5, FREE).requests, key=lambda r: r.url)
+    fr.f.fetched(fr.crawl_id, [a.lease, b.lease, c.lease])  # handed on to parse
+    assert fr.f.take_up(fr.crawl_id, [a.lease, b.lease, "gone"], "parser") == [0, 0, None]  # a, b hot
+    fr.f.mark(fr.crawl_id, [b.lease], "parser", False)  # b parsed, waiting for its store
+    fr.f.claim(fr.crawl_id, [c.lease], "parser")  # c waits there too, never worked on
+    assert fr.f.reclaim(fr.crawl_id, set(), dispatch_lease=60, lease_time=600) == 3  # the parser died
+    back = {r.url: r.lost for r in fr.f.take(fr.crawl_id, 5, FREE).requests}
+    assert back == {"http://a.test/1": 1, "http://b.test/1": 0, "http://c.test/1": 0}
+
+
+def test_taking_up_a_claim_another_delivery_died_working_on_counts_the_loss(fr):
+    fr.f.add(fr.crawl_id, [req("http://a.test/1"), req("http://b.test/1")])
+    a, b = sorted(fr.f.take(fr.crawl_id, 5, FREE).requests, key=lambda r: r.url)
+    fr.f.fetched(fr.crawl_id, [a.lease, b.lease])
+    assert fr.f.take_up(fr.crawl_id, [a.lease, b.lease], "child-1") == [0, 0]
+    fr.f.mark(fr.crawl_id, [b.lease], "child-1", False)
+    # child-1 died on a; its message comes back to child-2 (a pool child replaced, no reclaim yet)
+    assert fr.f.take_up(fr.crawl_id, [a.lease, b.lease], "child-2") == [1, 0]  # a is cold now: suspect
+    fr.f.mark(fr.crawl_id, [b.lease], "child-2", False)  # b parsed again
+    assert fr.f.take_up(fr.crawl_id, [a.lease], "child-3") == [1], "a cold claim costs nothing"
+    fr.f.mark(fr.crawl_id, [a.lease], "child-3", True)
+    fr.f.mark(fr.crawl_id, [a.lease], "someone-else", False)  # only its holder marks it
+    assert fr.f.take_up(fr.crawl_id, [a.lease], "child-4") == [2]
+    assert fr.f.take_up(fr.crawl_id, [a.lease], "child-4") == [2], "its own claim again costs nothing"
+    assert fr.f.reclaim(fr.crawl_id, set(), dispatch_lease=60, lease_time=600) == 2  # cold: no more losses
+    again = {r.url: r.lost for r in fr.f.take(fr.crawl_id, 5, FREE).requests}
+    assert again == {"http://a.test/1": 2, "http://b.test/1": 0}, "the losses travel with the request"
+
+
+def test_a_claim_handed_on_and_never_taken_up_comes_back_only_when_asked(fr):
+    fr.f.add(fr.crawl_id, [req("http://a.test/1"), req("http://b.test/1")])
+    a, b = sorted(fr.f.take(fr.crawl_id, 5, FREE).requests, key=lambda r: r.url)
+    fr.f.claim(fr.crawl_id, [a.lease, b.lease], "alive")
+    fr.f.fetched(fr.crawl_id, [a.lease, b.lease])  # handed on to parse
+    fr.f.take_up(fr.crawl_id, [b.lease], "alive")  # b's parse task took it up and works on it (hot)
+    fr.advance(0.3)
+    assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600) == 0, "off unless asked"
+    assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600, handoff_within=0.2) == 1
+    [back] = fr.f.take(fr.crawl_id, 5, FREE).requests
+    assert back.url == "http://a.test/1" and back.lost == 0
