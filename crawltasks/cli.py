@@ -11,15 +11,19 @@ import contextlib
 import json
 import logging
 import os
+import shlex
+import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .settings import ENV_BROKER, Settings
+from .health import ServiceDown
+from .settings import ENV_BROKER, ENV_REDIS, Settings
 
 log = logging.getLogger("crawltasks")
 
@@ -87,6 +91,11 @@ def build_parser() -> Parser:
     c.add_argument("--no-worker", action="store_true", help="only enqueue; external workers crawl")
     c.add_argument("--detach", action="store_true", help="with --no-worker: print the crawl id and return")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    c.add_argument("--web", action="store_true", help="serve the crawl dashboard on 127.0.0.1 while it runs")
+    c.add_argument("--web-port", type=positive_int, default=8080, help="its port (default 8080, else any free one)")
+    c.add_argument("--notify", metavar="URL", help="webhook: a JSON summary when the crawl finishes, an alert "
+                                                   "when the failure rate over a minute reaches --notify-failure-rate")
+    c.add_argument("--notify-failure-rate", type=float, metavar="RATE", help="share of failed requests (default 0.5)")
 
     s = sub.add_parser("stats", help="counters of a crawl; --watch for a live view")
     s.add_argument("crawl_id")
@@ -119,12 +128,20 @@ def build_parser() -> Parser:
 
     ls = sub.add_parser("list", help="crawls known to Redis, with their state")
     ls.add_argument("--json", action="store_true", help="print JSON")
+
+    w = sub.add_parser("web", help="the crawl dashboard and Prometheus metrics (loopback unless --basic-auth)")
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    w.add_argument("--port", type=positive_int, default=8080, help="port (default 8080)")
+    w.add_argument("--basic-auth", metavar="USER:PASSWORD", help="required beyond loopback (or CRAWLTASKS_WEB_AUTH)")
+    w.add_argument("--flower-url", help="Flower's address for the task links (default http://127.0.0.1:5555, "
+                                        "or CRAWLTASKS_FLOWER_URL)")
+    w.add_argument("--refresh", type=non_negative_float, default=2.0, help="seconds between live updates")
     return p
 
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
     names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
-             "allowed_domains", "store_html", "store_text", "dedupe")
+             "allowed_domains", "store_html", "store_text", "dedupe", "notify", "notify_failure_rate")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -135,16 +152,34 @@ def services(args: argparse.Namespace, wait: bool = True) -> Iterator[tuple[Sett
     settings = Settings.from_env()
     if settings.broker_url:
         from . import runtime
+        from .health import ServiceDown, check_services
 
+        problems = check_services(settings)
+        if problems:
+            raise ServiceDown(problems[0])
         rt = runtime.configure(settings)
         try:
             yield settings, None
         finally:
             rt.close()
         return
-    from .embedded import EmbeddedServices, data_dir
+    from .embedded import EmbeddedError, EmbeddedServices, data_dir
 
-    with EmbeddedServices(data_dir(args.data_dir), wait=wait) as emb:
+    root = data_dir(args.data_dir)
+    running = EmbeddedServices.running(root)
+    if running is not None:
+        if args.command == "crawl":
+            raise EmbeddedError(f"a crawl runs on {root} already: watch it with 'crawltasks stats ID --watch', "
+                                "or give this one a --data-dir of its own")
+        from . import runtime
+
+        rt = runtime.configure(running)  # a second terminal: the running command's services
+        try:
+            yield running, None
+        finally:
+            rt.close()
+        return
+    with EmbeddedServices(root, wait=wait) as emb:
         from . import runtime  # imported while the store boots (pymongo and Celery take a third of a second)
 
         assert emb.settings is not None
@@ -164,8 +199,8 @@ def summary(stats: dict[str, Any]) -> str:
 def cmd_crawl(args: argparse.Namespace) -> int:
     from .urls import check_seeds
 
-    if not args.urls and not args.spider:
-        raise UsageError("give at least one URL, or --spider NAME with start_urls")
+    if not args.urls and not args.spider and not args.crawl_id:
+        raise UsageError("give at least one URL, --spider NAME with start_urls, or --crawl-id of a crawl to continue")
     check_worker_flags(args)
     try:
         check_seeds(args.urls)
@@ -218,8 +253,10 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             app.conf.update(worker_send_task_events=False, task_send_sent_event=False,
                             # an idle worker notices a stop request within one poll (default 1 s)
                             broker_transport_options={**app.conf.broker_transport_options, "polling_interval": 0.2})
-        worker = children = stopping = None
+        worker = children = stopping = crawl = dashboard = None
         try:
+            if embedded:
+                note_abandoned(args)
             if not args.no_worker:
                 worker, children = start_local_workers(args, app, settings, bool(embedded))
             if embedded:  # it booted while this process imported Celery and started the workers
@@ -228,10 +265,21 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             if args.detach:
                 print(crawl.id)
                 return 0
+            if getattr(args, "web", False):  # crawl --web: its page, served by this command
+                from .web.server import for_crawl
+
+                dashboard = for_crawl(crawl.rt, crawl.id, args.web_port)
             from .monitor import CrawlProgress
 
-            with CrawlProgress(quiet=args.quiet) as progress:
-                crawl.wait(progress=progress, poll=0.25)
+            try:
+                with CrawlProgress(quiet=args.quiet) as progress:
+                    wait_through_outages(crawl, progress, settings)
+            except KeyboardInterrupt:
+                interrupted(args, crawl, bool(embedded))
+                raise
+            from .notify import settle
+
+            settle(crawl.rt, crawl.id)  # its finish webhook is out before the workers that send it stop
             # Finished: the workers wind down while the results are written. A private broker holds
             # nothing more of this crawl, so its worker processes can go at once (tasks of another,
             # interrupted crawl in the same data directory come back later: acks are late, requests leased).
@@ -244,11 +292,69 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
                 pages, items = crawl.export(args.output)
                 print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
         finally:
+            if dashboard is not None:
+                dashboard.stop()
             if stopping is None:  # interrupted, or failed to start: a warm stop, nothing is dropped
                 stop_workers(worker, children)
             else:
                 stopping.join()
     return 0
+
+
+def wait_through_outages(crawl, progress, settings: Settings) -> None:
+    """Wait for the crawl; while Redis does not answer, say so once and keep trying, for up to
+    ``outage_limit()`` seconds (the workers ride it out by themselves)."""
+    import redis
+
+    from .health import Problem, ServiceDown, outage_limit
+    from .urls import redact
+
+    down_since = None
+    while True:
+        try:
+            crawl.wait(progress=progress, poll=0.25)
+            return
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                print(f"\nstalled: Redis at {redact(settings.redis_url)} unreachable since "
+                      f"{time.strftime('%H:%M:%S')} ({exc}); waiting up to {outage_limit():.0f} s", file=sys.stderr)
+            elif now - down_since > outage_limit():
+                raise ServiceDown(Problem("Redis", redact(settings.redis_url), str(exc), ENV_REDIS)) from None
+            time.sleep(1.0)
+
+
+def resume_command(args: argparse.Namespace, crawl_id: str) -> str:
+    data = f" --data-dir {shlex.quote(args.data_dir)}" if getattr(args, "data_dir", None) else ""
+    return f"crawltasks{data} crawl --crawl-id {shlex.quote(crawl_id)}"
+
+
+def interrupted(args: argparse.Namespace, crawl, embedded: bool) -> None:
+    """Ctrl-C or SIGTERM while a crawl runs: say how to go on. With private services nobody else can
+    go on with it, so it waits (interrupted) instead of running behind the next crawl of this data."""
+    if embedded or not args.no_worker:
+        if embedded:
+            crawl.interrupt()
+        print(f"\ncrawl {crawl.id} interrupted; continue it with: {resume_command(args, crawl.id)}", file=sys.stderr)
+    else:
+        print(f"\ncrawl {crawl.id} goes on in the fleet; watch it with: crawltasks stats {crawl.id} --watch",
+              file=sys.stderr)
+
+
+def note_abandoned(args: argparse.Namespace) -> None:
+    """Crawls of this data directory still marked running were left by a command that died (this
+    command holds the directory's lock, so no other one runs): they wait, interrupted, until they
+    are continued by their id, instead of taking this crawl's workers."""
+    from .crawl import Crawl
+    from .runtime import current
+
+    rt = current()
+    rt.fleet().forget_all()
+    for crawl_id in rt.state.active_crawls():
+        if Crawl(crawl_id, rt).interrupt():
+            print(f"crawl {crawl_id} was interrupted (its command died); continue it with: "
+                  f"{resume_command(args, crawl_id)}", file=sys.stderr)
 
 
 def start_local_workers(args: argparse.Namespace, app, settings: Settings, embedded: bool):
@@ -346,6 +452,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from .web.server import listen, serve
+
+    try:
+        users, sockets = listen(args)  # refuses a public address without auth, before any service
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return serve(args, users, sockets, services)
+
+
 def cmd_control(args: argparse.Namespace) -> int:
     from .crawl import Crawl
 
@@ -362,7 +478,12 @@ def cmd_control(args: argparse.Namespace) -> int:
 COMMANDS = {
     "crawl": cmd_crawl, "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list,
     "retry-failed": cmd_retry_failed, "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control,
+    "web": cmd_web,
 }
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a command as Ctrl-C does: workers warm-stopped, services saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,8 +496,13 @@ def main(argv: list[str] | None = None) -> int:
 
         setup(logging.INFO if args.verbose else logging.WARNING)
         return COMMANDS[args.command](args)
-    except UsageError as exc:
+    except ServiceDown as exc:
         print(f"crawltasks: error: {exc}", file=sys.stderr)
+        return 3
+    except UsageError as exc:
+        from .urls import redact
+
+        print(f"crawltasks: error: {redact(str(exc))}", file=sys.stderr)  # a bad seed's password stays unseen
         return 2
     except KeyboardInterrupt:
         print("\ncrawltasks: interrupted", file=sys.stderr)
@@ -384,7 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # services down, bad spider, ...: one line, not a traceback
         if os.environ.get("CRAWLTASKS_DEBUG"):
             raise
-        print(f"crawltasks: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from .urls import redact
+
+        print(f"crawltasks: error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
         return 1
 
 
@@ -392,6 +520,7 @@ def entry() -> None:
     """The console script: ``main``, then a prompt exit. Once the command has closed what it owns
     (files, services, workers), the interpreter's teardown only waits on library threads, such as
     pymongo's monitors, which sleep in half-second steps: 0.4 s added to every command."""
+    signal.signal(signal.SIGTERM, _terminated)
     code = main()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -12,15 +13,17 @@ from typing import Any
 from . import logs, runtime
 from .frontier import schedule
 from .guard import private_seed_hosts
+from .health import outages, stalled_line
 from .models import Request
 from .robots import Robots, origin_of
 from .runtime import Runtime
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
 from .store import FAILURES, ITEMS, PAGES, export_crawl
-from .urls import check_seeds, host_of
+from .urls import check_seeds, host_of, restore_userinfo
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
+INTERRUPTED = "interrupted"  # a crawl nobody works on: its command or every worker is gone
 
 
 class Crawl:
@@ -45,6 +48,11 @@ class Crawl:
         """Counters plus state, start and finish times."""
         meta = self.rt.state.crawl_meta(self.id)
         out: dict[str, Any] = {"crawl_id": self.id, "state": meta.get("state", "unknown")}
+        if out["state"] == "running" and not self.rt.fleet().read()[0]:
+            out["state"] = INTERRUPTED  # nothing works on it: no worker is alive
+        stalled = stalled_line(outages(self.rt.state.r)) if out["state"] == "running" else ""
+        if stalled:
+            out["stalled"] = stalled
         out.update(self.rt.state.stats(self.id))
         for key in ("started_at", "finished_at"):
             if key in meta:
@@ -59,9 +67,12 @@ class Crawl:
         """Block until the crawl is finished (True) or the timeout passes (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            shown = self.stats() if progress is not None else {}
             if progress is not None:
-                progress(self.stats())
+                progress(shown)
             if self.finished:
+                if progress is not None and "finished_at" not in shown:  # it finished just after: show the end
+                    progress(self.stats())
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -86,8 +97,13 @@ class Crawl:
         return self.rt.state.control(self.id, ["running"], "paused")
 
     def resume(self) -> bool:
-        """Continue a paused crawl: its hosts' queues are dispatched again."""
-        return self.rt.state.control(self.id, ["paused"], "running")
+        """Continue a paused or interrupted crawl: its hosts' queues are dispatched again."""
+        return self.rt.state.control(self.id, ["paused", INTERRUPTED], "running")
+
+    def interrupt(self) -> bool:
+        """Its command stopped (Ctrl-C, SIGTERM) or died: it waits, like a paused crawl, until it is
+        resumed, instead of running in the background of the next crawl of the same services."""
+        return self.rt.state.control(self.id, ["running"], INTERRUPTED)
 
     def cancel(self) -> bool:
         """Stop the crawl for good: what is queued ends as skipped; the crawl then finishes, cancelled."""
@@ -98,8 +114,10 @@ class Crawl:
     def retry_failed(self, reason: str | None = None) -> int:
         """Send the crawl's failed requests through the pipeline again; returns how many."""
         records = [r for r in self.failures(reason) if r.get("outcome", "failed") == "failed"]
-        requests = [Request(url=r["url"], depth=r["depth"], meta=r.get("meta") or {}, fp=r["fp"],
-                            ticket=r.get("ticket") or r["fp"], referer=r.get("referer")) for r in records]
+        # Stored URLs are redacted; the crawl's seeds (in Redis, like its queued requests) hold the credentials.
+        seeds = json.loads(self.rt.state.crawl_meta(self.id).get("seeds") or "[]")
+        requests = [Request(url=restore_userinfo(r["url"], seeds), depth=r["depth"], meta=r.get("meta") or {},
+                            fp=r["fp"], ticket=r.get("ticket") or r["fp"], referer=r.get("referer")) for r in records]
         flags = self.rt.state.redrive(self.id, [r.ticket for r in requests])
         again = [r for r, ok in zip(requests, flags, strict=True) if ok]
         self.rt.frontier.add(self.id, again, counted=True)  # pending again already: queued, not counted
@@ -152,6 +170,8 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
         spider = resolve_spider(spider, rt.settings.spider_modules)
     spider_cls: type[Spider] = spider or SiteSpider
     given = [seeds] if isinstance(seeds, str | Request) else list(seeds or [])
+    if not given and crawl_id:  # continuing a crawl by its id alone: its own seeds (they are seen already)
+        given = json.loads(rt.state.crawl_meta(crawl_id).get("seeds") or "[]")
     requests = [s if isinstance(s, Request) else Request(url=s) for s in given]
     if not requests:
         requests = list(spider_cls().start_requests())

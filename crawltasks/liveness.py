@@ -112,8 +112,14 @@ class Fleet:
     """What the heartbeats say: the live workers and the fetch capacity they offer together."""
 
     def __init__(self, client: redis.Redis) -> None:
+        self.r = client
         self._live = client.register_script(_LIVE)
 
     def read(self) -> tuple[set[str], int]:
         ids, total = self._live(keys=[Keys.workers, Keys.capacity], args=[int(dead_after() * 1000)])
         return {i.decode() for i in ids}, int(total)
+
+    def forget_all(self) -> None:
+        """Every worker in the table is known to be dead (a private Redis whose command died): their
+        host slots, claims and the dispatcher's lock are free at once, not after ``dead_after()``."""
+        self.r.delete(Keys.workers, Keys.capacity, Keys.dispatcher)

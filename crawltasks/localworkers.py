@@ -20,7 +20,7 @@ from celery.utils.nodenames import anon_nodename, gethostname
 
 import celeryconfig
 
-from .embedded import EmbeddedError, stop_process
+from .embedded import EmbeddedError, die_with_parent, stop_process
 from .settings import Settings
 
 ALL_QUEUES = [q.name for q in celeryconfig.task_queues]  # in the order of celeryconfig
@@ -80,8 +80,10 @@ class ForkedWorker:
     def __init__(self, app: Any, env: dict[str, str], name: str, log_path: Path) -> None:
         for stream in (sys.stdout, sys.stderr):  # what is buffered is printed once, not by each copy
             stream.flush()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the copy never returns from here
+            die_with_parent(parent)  # a command killed with -9 takes its workers with it
             _run_forked(app, env, name, log_path)
         with contextlib.suppress(OSError):  # its own group, from this side too: no race with a kill
             os.setpgid(pid, pid)

@@ -4,18 +4,73 @@ Kept apart from the Python that calls them so each side stays readable; key name
 ``redisstate.Keys`` and passed in as KEYS.
 """
 
-# KEYS: outcome, stats, meta, claims. ARGV: ticket, outcome, lease, ticket, outcome, lease, ...
-# A ticket is counted once, whatever the replays, and its claim in the frontier ends. Returns
-# {newly finished, crawl finished now (0/1)}.
+# KEYS: outcome, stats, meta, claims, series, host done. ARGV: the series' width, ring and life sizes
+# (crawltasks.series), then ticket, outcome, lease, ticket, outcome, lease, ...
+# A ticket is counted once, whatever the replays, and its claim in the frontier ends. What is newly
+# counted also goes into the crawl's time series and, by the host its claim names, into the per-host
+# stored/failed counts (fields "s:<host>", "f:<host>"). Returns {newly finished, crawl finished now (0/1)}.
 FINISH = """
-local done = 0
-for i = 1, #ARGV, 3 do
-  if ARGV[i + 2] ~= '' then redis.call('HDEL', KEYS[4], ARGV[i + 2]) end
+local function counts(v)
+  local s, f, k = string.match(v or '', '(%d+) (%d+) (%d+)$')
+  return tonumber(s or '0'), tonumber(f or '0'), tonumber(k or '0')
+end
+local function record(key, width, ring, life, n)
+  local now = tonumber(redis.call('TIME')[1])
+  local b = math.floor(now / width)
+  local slot = 'r' .. (b % ring)
+  local cur = redis.call('HGET', key, slot)
+  local s, f, k = 0, 0, 0
+  if cur and tonumber(string.match(cur, '^(%d+) ')) == b then s, f, k = counts(cur) end
+  redis.call('HSET', key, slot, b .. ' ' .. (s + n.stored) .. ' ' .. (f + n.failed) .. ' ' .. (k + n.skipped))
+  local head = redis.call('HMGET', key, 't0', 'w')
+  local t0, w = tonumber(head[1]), tonumber(head[2])
+  if not t0 then
+    t0, w = b * width, width
+    redis.call('HSET', key, 't0', t0, 'w', w)
+  end
+  local i = math.floor((now - t0) / w)
+  while i >= life do  -- outgrown: neighbours merge in pairs, the width doubles
+    local names, merged = {}, {}
+    for j = 0, life - 1 do names[j + 1] = 'l' .. j end
+    local vals = redis.call('HMGET', key, unpack(names))
+    redis.call('HDEL', key, unpack(names))
+    for j = 0, life - 1 do
+      if vals[j + 1] then
+        local h = math.floor(j / 2)
+        local m = merged[h] or {0, 0, 0}
+        local a, c, d = counts(vals[j + 1])
+        merged[h] = {m[1] + a, m[2] + c, m[3] + d}
+      end
+    end
+    for h, m in pairs(merged) do redis.call('HSET', key, 'l' .. h, m[1] .. ' ' .. m[2] .. ' ' .. m[3]) end
+    w = w * 2
+    redis.call('HSET', key, 'w', w)
+    i = math.floor((now - t0) / w)
+  end
+  s, f, k = counts(redis.call('HGET', key, 'l' .. i))
+  redis.call('HSET', key, 'l' .. i, (s + n.stored) .. ' ' .. (f + n.failed) .. ' ' .. (k + n.skipped))
+end
+local done, n = 0, {stored = 0, failed = 0, skipped = 0}
+for i = 4, #ARGV, 3 do
+  local host = nil
+  if ARGV[i + 2] ~= '' then
+    local claim = redis.call('HGET', KEYS[4], ARGV[i + 2])
+    if claim then
+      local ok, c = pcall(cjson.decode, claim)
+      if ok and type(c) == 'table' and type(c[4]) == 'string' then host = c[4] end
+      redis.call('HDEL', KEYS[4], ARGV[i + 2])
+    end
+  end
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     redis.call('HINCRBY', KEYS[2], ARGV[i + 1], 1)
     done = done + 1
+    n[ARGV[i + 1]] = n[ARGV[i + 1]] + 1
+    if host and ARGV[i + 1] ~= 'skipped' then
+      redis.call('HINCRBY', KEYS[6], string.sub(ARGV[i + 1], 1, 1) .. ':' .. host, 1)
+    end
   end
 end
+if done > 0 then record(KEYS[5], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), n) end
 local pending
 if done > 0 then pending = redis.call('HINCRBY', KEYS[2], 'pending', 0 - done)
 else pending = tonumber(redis.call('HGET', KEYS[2], 'pending') or '0') end
@@ -50,6 +105,28 @@ end
 return flags
 """
 
+# KEYS: meta, stats, then the crawl's working keys. ARGV: retention_ms, summary_ms. A finished crawl's
+# keys start to expire: its working state after the retention, meta and stats (what `list` and `stats`
+# show) after summary_ms. Only while it is finished, so a crawl reopened meanwhile keeps its keys.
+# Returns 1 if it did.
+RETIRE = """
+if redis.call('HEXISTS', KEYS[1], 'finished_at') == 0 then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return 1
+"""
+
+# KEYS: meta, then every other key of the crawl. A finished crawl runs again (more seeds, continued by
+# id): it is no longer finished and its keys lose their expiry, in one step with RETIRE's check, so its
+# state cannot vanish mid-run.
+REOPEN = """
+redis.call('HDEL', KEYS[1], 'finished_at')
+redis.call('HSET', KEYS[1], 'state', 'running')
+for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+return 1
+"""
+
 # KEYS: meta. ARGV: from-states (comma separated), to-state. Moves the crawl's state when it is in
 # one of from-states; returns 1 if it did.
 CONTROL = """
@@ -59,8 +136,10 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2])
 return 1
 """
 
-# KEYS: host slots, host next, host backoff. ARGV: limit, delay_ms, lease_ms, tokens...
-# Grants free slots to as many tokens as it can (one at most when the host has a delay).
+# KEYS: host slots, host next, host backoff, workers (heartbeats). ARGV: limit, delay_ms, lease_ms,
+# dead_ms, tokens... Grants free slots to as many tokens as it can (one at most when the host has a
+# delay). A token "<worker id>|<random>" whose worker has not beaten for dead_ms is freed when the
+# host is full: a worker that died mid-request holds its host no longer than its heartbeat says.
 # Returns {slots granted, milliseconds to wait before asking again when none was, the host's
 # back-off in ms (so that a worker reports good answers only to a host that is backed off)}.
 ACQUIRE_HOST = """
@@ -71,12 +150,22 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
 if nxt > now then return {0, nxt - now, extra} end
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+if free <= 0 then
+  for _, token in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    local owner = string.match(token, '^(.*)|')
+    if owner then
+      local beat = tonumber(redis.call('ZSCORE', KEYS[4], owner) or '0')
+      if beat < now - tonumber(ARGV[4]) then redis.call('ZREM', KEYS[1], token) end
+    end
+  end
+  free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+end
 if free <= 0 then return {0, 25, extra} end
 local delay = tonumber(ARGV[2]) + extra
-local n = math.min(free, #ARGV - 3)
+local n = math.min(free, #ARGV - 4)
 if delay > 0 then n = 1 end
 local lease = tonumber(ARGV[3])
-for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[3 + i]) end
+for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[4 + i]) end
 redis.call('PEXPIRE', KEYS[1], lease)
 if delay > 0 then redis.call('SET', KEYS[2], now + delay, 'PX', delay) end
 return {n, 0, extra}

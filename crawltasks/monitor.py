@@ -28,7 +28,7 @@ from . import runtime
 from .redisstate import Keys
 from .runtime import Runtime
 from .store import FAILURES
-from .urls import host_key
+from .urls import host_key, redact
 
 RATE_WINDOW = 10.0  # seconds of samples behind the "recent" pages/s
 MAX_HOSTS = 12  # rows of the per-host table; the busiest first
@@ -190,7 +190,7 @@ def snapshot(crawl_id: str, rt: Runtime | None = None, with_failures: bool = Tru
     options = json.loads(meta.get("options") or "{}")
     hosts = host_states(rt, crawl_hosts(rt, crawl_id, seeds, options), options.get("host_concurrency"))
     failures = failure_counts(rt, crawl_id) if with_failures else {}
-    return Snapshot(crawl_id, stats, failures, hosts, seeds)
+    return Snapshot(crawl_id, stats, failures, hosts, redact(seeds))  # shown: no password
 
 
 # --- rendering -------------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def list_rows(rt: Runtime | None = None) -> list[dict[str, Any]]:
     for crawl_id in rt.state.crawl_ids():
         stats = Crawl(crawl_id, rt).stats()
         rows.append({k: stats.get(k) for k in ("crawl_id", "state", "started_at", "finished_at", "elapsed",
-                                                "scheduled", "stored", "failed", "pending")}
+                                                "scheduled", "stored", "failed", "pending", "stalled")}
                     | {"pages_per_s": round(average_rate(stats), 2)})
     return rows
 
@@ -321,7 +321,7 @@ def render_list(rows: list[dict[str, Any]]) -> RenderableType:
                           ("stored", "right"), ("failed", "right"), ("pending", "right"), ("pages/s", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in rows:
-        state = str(r.get("state"))
+        state = str(r.get("state")) + (f" ({r['stalled']})" if r.get("stalled") else "")
         table.add_row(r["crawl_id"], Text(state, STATE_STYLE.get(state, "")), _when(r.get("started_at")),
                       human_seconds(r.get("elapsed")), str(r.get("stored", 0)), str(r.get("failed", 0)),
                       str(r.get("pending", 0)), f"{r.get('pages_per_s', 0):.1f}")
@@ -330,12 +330,13 @@ def render_list(rows: list[dict[str, Any]]) -> RenderableType:
 
 def plain_list(rows: list[dict[str, Any]]) -> str:
     """``crawltasks list`` for pipes: one whitespace-separated line per crawl, full ids, no wrapping."""
-    lines = [f"{'CRAWL_ID':<32} {'STATE':<9} {'STARTED':<19} {'ELAPSED':>8} {'STORED':>8} {'FAILED':>7} "
+    lines = [f"{'CRAWL_ID':<32} {'STATE':<11} {'STARTED':<19} {'ELAPSED':>8} {'STORED':>8} {'FAILED':>7} "
              f"{'PENDING':>8} {'PAGES/S':>8}"]
     for r in rows:
-        lines.append(f"{r['crawl_id']:<32} {r.get('state')!s:<9} {_when(r.get('started_at')):<19} "
+        lines.append(f"{r['crawl_id']:<32} {r.get('state')!s:<11} {_when(r.get('started_at')):<19} "
                      f"{human_seconds(r.get('elapsed')):>8} {r.get('stored', 0):>8} {r.get('failed', 0):>7} "
-                     f"{r.get('pending', 0):>8} {r.get('pages_per_s', 0):>8.1f}")
+                     f"{r.get('pending', 0):>8} {r.get('pages_per_s', 0):>8.1f}"
+                     + (f"  {r['stalled']}" if r.get("stalled") else ""))
     return "\n".join(lines)
 
 
@@ -347,7 +348,8 @@ def progress_line(stats: dict[str, Any], rate: float | None, done_rate: float | 
     shown = rate if rate is not None else average_rate(stats)
     return (f"{stats.get('crawl_id')}: {done}/{stats.get('scheduled', 0)} done  stored {stats.get('stored', 0)}  "
             f"failed {stats.get('failed', 0)}  in flight {pending}  {shown:.1f} pages/s  "
-            f"ETA {human_seconds(eta_seconds(pending, done_rate if done_rate is not None else rate))}")
+            f"ETA {human_seconds(eta_seconds(pending, done_rate if done_rate is not None else rate))}"
+            + (f"  {stats['stalled']}" if stats.get("stalled") else ""))
 
 
 class CrawlProgress:
@@ -394,7 +396,7 @@ class CrawlProgress:
         if self._progress is not None:
             fields = dict(stored=stats.get("stored", 0), failed=stats.get("failed", 0), pending=pending,
                           rate=f"{rate:.1f}" if rate is not None else "-",
-                          eta=human_seconds(eta_seconds(pending, done_rate)))
+                          eta=stats.get("stalled") or human_seconds(eta_seconds(pending, done_rate)))
             if self._task is None:
                 self._task = self._progress.add_task(str(stats.get("crawl_id")), total=stats.get("scheduled") or 1,
                                                      completed=done, **fields)

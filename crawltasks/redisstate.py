@@ -20,11 +20,14 @@ from typing import Any
 import lz4.frame
 import redis
 
-from . import lua
+from . import lua, series
 from .bloom import BloomFilter
+from .settings import default_retention
 
 PREFIX = "ct"
 MAX_CONNECTIONS = 2048  # Redis connections one process's client may open (they are made only as needed)
+SUMMARY_FACTOR = 10  # a finished crawl's meta and stats outlive the rest of its state this many times
+PRUNE_BATCH = 100  # oldest entries of the crawl registry checked for an expired summary at each finish
 
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
@@ -75,8 +78,12 @@ class Keys:
         return f"{PREFIX}:{{{crawl_id}}}:seen"
 
     @staticmethod
-    def bloom(crawl_id: str) -> str:  # Bloom-filter bitmap of fingerprints (dedupe="bloom"), and ":params"
+    def bloom(crawl_id: str) -> str:  # Bloom-filter bitmap of fingerprints (dedupe="bloom")
         return f"{PREFIX}:{{{crawl_id}}}:bloom"
+
+    @staticmethod
+    def bloom_params(crawl_id: str) -> str:  # hash m, k of that filter (BloomFilter names it key + ":params")
+        return f"{Keys.bloom(crawl_id)}:params"
 
     @staticmethod
     def outcome(crawl_id: str) -> str:  # hash ticket -> stored | failed | skipped ("done" = stored)
@@ -112,6 +119,10 @@ class Keys:
         return f"{PREFIX}:{{{crawl_id}}}:q:"
 
     @staticmethod
+    def queues(crawl_id: str, host: str) -> list[str]:  # the host's three queues: high, default, low
+        return [f"{Keys.queue_prefix(crawl_id)}{host}:{p}" for p in "hdl"]
+
+    @staticmethod
     def ready(crawl_id: str) -> str:  # zset host -> time (ms) it may be fetched; hosts with queued requests
         return f"{PREFIX}:{{{crawl_id}}}:ready"
 
@@ -135,8 +146,36 @@ class Keys:
     def claims(crawl_id: str) -> str:  # hash lease -> claim of a request taken and not finished (frontierlua)
         return f"{PREFIX}:{{{crawl_id}}}:claims"
 
+    # --- monitoring (crawltasks.series, crawltasks.web, crawltasks.notify) ---
+    @staticmethod
+    def series(crawl_id: str) -> str:  # hash: outcomes over time, bounded (written by FINISH; crawltasks.series)
+        return f"{PREFIX}:{{{crawl_id}}}:series"
+
+    @staticmethod
+    def host_done(crawl_id: str) -> str:  # hash "s:<host>" / "f:<host>" -> requests stored / failed there
+        return f"{PREFIX}:{{{crawl_id}}}:hostdone"
+
+    @staticmethod
+    def notified(crawl_id: str, event: str) -> str:  # string with a TTL: a notification of event was sent
+        return f"{PREFIX}:{{{crawl_id}}}:notified:{event}"
+
+    # --- what expires when a crawl is finished (RedisState.retire) ---
+    @staticmethod
+    def summary(crawl_id: str) -> list[str]:  # kept SUMMARY_FACTOR times longer: `list` and `stats` show it
+        return [Keys.meta(crawl_id), Keys.stats(crawl_id)]
+
+    @staticmethod
+    def working(crawl_id: str) -> list[str]:
+        """Every other key of a crawl but its parked bodies (they expire on their own) and its host
+        queues (named per host: ``queues``). A key added to a crawl belongs here or in ``summary``."""
+        return [Keys.seen(crawl_id), Keys.bloom(crawl_id), Keys.bloom_params(crawl_id), Keys.outcome(crawl_id),
+                Keys.hosts(crawl_id), Keys.host_counts(crawl_id), Keys.ready(crawl_id), Keys.frontier(crawl_id),
+                Keys.busy(crawl_id), Keys.host_next_at(crawl_id), Keys.host_limits(crawl_id), Keys.claims(crawl_id),
+                Keys.series(crawl_id), Keys.host_done(crawl_id)]
+
     # --- workers ---
     workers = f"{PREFIX}:workers"  # zset worker process id -> last heartbeat (ms)
+    outages = f"{PREFIX}:outages"  # hash service -> since when a worker cannot reach it (crawltasks.health)
     capacity = f"{PREFIX}:workers:capacity"  # hash worker id -> requests its fetch engine takes at once
     dispatcher = f"{PREFIX}:dispatcher"  # the worker that dispatches now (a lock with a short TTL)
 
@@ -151,7 +190,7 @@ class Keys:
         return f"{PREFIX}:robots:{origin}:lock"
 
     @staticmethod
-    def visited(spider: str) -> str:  # hash fp -> last stored time, across crawls (visit_ttl)
+    def visited(spider: str) -> str:  # zset fp -> last stored time, across crawls (visit_ttl), trimmed to it
         return f"{PREFIX}:visited:{spider}"
 
 
@@ -177,6 +216,8 @@ class RedisState:
         self._host_started = client.register_script(lua.HOST_STARTED)
         self._control = client.register_script(lua.CONTROL)
         self._redrive = client.register_script(lua.REDRIVE)
+        self._retire = client.register_script(lua.RETIRE)
+        self._reopen = client.register_script(lua.REOPEN)
 
     @classmethod
     def from_url(cls, url: str) -> RedisState:
@@ -205,12 +246,15 @@ class RedisState:
         return {k.decode(): v.decode() for k, v in self.r.hgetall(Keys.meta(crawl_id)).items()}
 
     def crawl_ids(self) -> list[str]:
-        return [c.decode() for c in self.r.zrange(Keys.crawls, 0, -1)]
+        """Every crawl whose summary is still in Redis, oldest first (the others leave the registry)."""
+        ids = [c.decode() for c in self.r.zrange(Keys.crawls, 0, -1)]
+        gone = self._expired_crawls(ids)
+        return [c for c in ids if c not in gone]
 
     def reopen(self, crawl_id: str) -> None:
-        """Let a finished crawl run again (more seeds, retried failures); finished fires again later."""
-        self.r.hdel(Keys.meta(crawl_id), "finished_at")
-        self.r.hset(Keys.meta(crawl_id), "state", "running")
+        """Let a finished crawl run again (more seeds, retried failures); finished fires again later.
+        Its keys lose the expiry its finish gave them, so its state does not vanish mid-run."""
+        self._reopen(keys=[*Keys.summary(crawl_id), *self._working_keys(crawl_id)])
         self.r.sadd(Keys.active, crawl_id)
 
     def is_finished(self, crawl_id: str) -> bool:
@@ -223,15 +267,16 @@ class RedisState:
     def finish(self, crawl_id: str, outcomes: Iterable[tuple[str, str, str]]) -> tuple[int, bool]:
         """Record final outcomes (ticket, outcome, lease) and end the requests' claims in the frontier;
         returns (newly counted, crawl finished now)."""
-        args: list[str] = []
+        args: list[str | int] = [series.WIDTH, series.RING, series.LIFE]
         for ticket, outcome, lease in outcomes:
             if outcome not in OUTCOMES:
                 raise ValueError(f"unknown outcome {outcome!r}")
             args += [ticket, outcome, lease]
-        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id), Keys.claims(crawl_id)]
+        keys = [Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id), Keys.claims(crawl_id),
+                Keys.series(crawl_id), Keys.host_done(crawl_id)]
         done, finished = self._finish(keys=keys, args=args)
         if finished:
-            self.r.srem(Keys.active, crawl_id)
+            self.retire(crawl_id)
         return int(done), bool(finished)
 
     def check_finished(self, crawl_id: str) -> bool:
@@ -279,15 +324,79 @@ class RedisState:
         if not tickets:
             return []
         self.r.sadd(Keys.active, crawl_id)
-        flags = self._redrive(keys=[Keys.outcome(crawl_id), Keys.stats(crawl_id), Keys.meta(crawl_id)],
-                              args=list(tickets))
-        return [bool(f) for f in flags]
+        flags = [bool(f) for f in self._redrive(keys=[Keys.outcome(crawl_id), Keys.stats(crawl_id),
+                                                       Keys.meta(crawl_id)], args=list(tickets))]
+        if any(flags):  # running again: its keys must not expire under it (nothing finishes it before this)
+            self.reopen(crawl_id)
+        return flags
+
+    # --- retention: a finished crawl's state expires ---------------------------------------------
+    def retention_of(self, crawl_id: str) -> float:
+        """The crawl's ``retention`` option (the process default for crawls saved without one)."""
+        value = (self.crawl_options(crawl_id) or {}).get("retention")
+        return default_retention() if value is None else float(value)
+
+    def retire(self, crawl_id: str) -> bool:
+        """A finished (or cancelled) crawl leaves the active set and its keys start to expire: the working
+        state after its retention, meta and stats SUMMARY_FACTOR times later, so a Redis serving many
+        crawls stays bounded while `list` and `stats` still show recent ones. Runs again harmlessly (the
+        reclaimer retires a crawl whose finisher died before this); False if it was reopened meanwhile."""
+        retention = self.retention_of(crawl_id)
+        if retention > 0:
+            ms = max(1, int(retention * 1000))
+            if not self._retire(keys=[*Keys.summary(crawl_id), *self._working_keys(crawl_id)],
+                                args=[ms, ms * SUMMARY_FACTOR]):
+                return False
+            self.prune_crawls()
+        self.r.srem(Keys.active, crawl_id)
+        if not self.is_finished(crawl_id):  # reopened between the two steps: it is active again
+            self.r.sadd(Keys.active, crawl_id)
+            return False
+        return True
+
+    def _working_keys(self, crawl_id: str) -> list[str]:
+        """The crawl's keys but its summary and bodies: ``Keys.working`` plus the queues of the hosts that
+        have requests queued (those are in the ready heap; a finished crawl has none left)."""
+        hosts = [h.decode() for h in self.r.zrange(Keys.ready(crawl_id), 0, -1)]
+        return [*Keys.working(crawl_id), *(q for h in hosts for q in Keys.queues(crawl_id, h))]
+
+    def prune_crawls(self, limit: int = PRUNE_BATCH) -> int:
+        """Drop from the registry the oldest crawls whose summary has expired; returns how many."""
+        return len(self._expired_crawls([c.decode() for c in self.r.zrange(Keys.crawls, 0, limit - 1)]))
+
+    def _expired_crawls(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose meta is gone, removed from the registry (one round trip to look)."""
+        if not ids:
+            return set()
+        pipe = self.r.pipeline(transaction=False)
+        for crawl_id in ids:
+            pipe.exists(Keys.meta(crawl_id))
+        gone = {c for c, there in zip(ids, pipe.execute(), strict=True) if not there}
+        if gone:
+            self.r.zrem(Keys.crawls, *gone)
+        return gone
 
     # --- visits across crawls (re-crawling after visit_ttl) --------------------------------------
-    def mark_visited(self, spider: str, fps: Sequence[str]) -> None:
-        if fps:
-            now = time.time()
-            self.r.hset(Keys.visited(spider), mapping=dict.fromkeys(fps, now))
+    def mark_visited(self, spider: str, fps: Sequence[str], ttl: float) -> None:
+        """These pages were stored now. An entry older than ``ttl`` (the crawl's visit_ttl) skips nothing
+        any more: those are trimmed here and the index expires ``ttl`` after its last write, so it holds
+        at most the pages stored within ttl (one round trip, O(log n) per page)."""
+        if not fps:
+            return
+        now, key = time.time(), Keys.visited(spider)
+        for attempt in (1, 2):
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zadd(key, dict.fromkeys(fps, now))
+            if ttl > 0:
+                pipe.zremrangebyscore(key, "-inf", f"({now - ttl}")
+                pipe.pexpire(key, max(1, int(ttl * 1000)))
+            try:
+                pipe.execute()
+                return
+            except redis.ResponseError as exc:  # the unbounded hash of earlier versions: start over
+                if attempt == 2 or "WRONGTYPE" not in str(exc):
+                    raise
+                self.r.unlink(key)
 
     def crawl_hosts(self, crawl_id: str, limit: int = 500) -> list[str]:
         """Hosts ("name:port") of the crawl's requests; a sample of ``limit`` when there are more."""
@@ -296,9 +405,64 @@ class RedisState:
         return sorted(h.decode() for h in raw)
 
     def visited_at(self, spider: str, fps: Sequence[str]) -> list[float | None]:
+        """When each page was last stored by a crawl of the spider (None: not within the index)."""
         if not fps:
             return []
-        return [float(v) if v is not None else None for v in self.r.hmget(Keys.visited(spider), list(fps))]
+        try:
+            stamps = self.r.zmscore(Keys.visited(spider), list(fps))
+        except redis.ResponseError as exc:  # a hash written by an earlier version, until the next write
+            if "WRONGTYPE" not in str(exc):
+                raise
+            stamps = self.r.hmget(Keys.visited(spider), list(fps))
+        return [float(v) if v is not None else None for v in stamps]
+
+    # --- monitoring: the time series, per-host outcomes, notification markers --------------------
+    def series(self, crawl_id: str) -> dict[str, str]:
+        """The crawl's whole time-series hash (``crawltasks.series`` reads it)."""
+        return {k.decode(): v.decode() for k, v in self.r.hgetall(Keys.series(crawl_id)).items()}
+
+    def recent(self, crawl_ids: Sequence[str], seconds: float,
+               starts: Sequence[float | None] | None = None) -> tuple[float, list[series.Window]]:
+        """Redis' clock now and each crawl's outcomes over the last ``seconds`` (at most the ring's
+        15 minutes), read from a few ring slots of each: cheap enough for every poll."""
+        now = self.now()
+        fields = series.ring_fields(now, -(-int(seconds) // series.WIDTH))
+        pipe = self.r.pipeline(transaction=False)
+        for crawl_id in crawl_ids:
+            pipe.hmget(Keys.series(crawl_id), [name for _, name in fields])
+        rings = pipe.execute() if crawl_ids else []
+        starts = list(starts) if starts is not None else [None] * len(crawl_ids)
+        return now, [series.window(ring, fields, now, start) for ring, start in zip(rings, starts, strict=True)]
+
+    def now(self) -> float:
+        """Redis' clock (epoch seconds): the one every worker's timestamps in Redis come from."""
+        secs, micros = self.r.time()
+        return secs + micros / 1e6
+
+    def host_done(self, crawl_id: str, hosts: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+        """Host -> (requests stored, requests failed) there, as FINISH counts them: of ``hosts``, or of
+        every host (a broad crawl has many: name the ones to show)."""
+        if hosts is not None:
+            names = [f"{kind}:{host}" for host in hosts for kind in "sf"]
+            values = self.r.hmget(Keys.host_done(crawl_id), names) if names else []
+            return {host: (int(values[2 * i] or 0), int(values[2 * i + 1] or 0)) for i, host in enumerate(hosts)}
+        out: dict[str, list[int]] = {}
+        for field, value in self.r.hgetall(Keys.host_done(crawl_id)).items():
+            kind, _, host = field.decode().partition(":")
+            out.setdefault(host, [0, 0])[0 if kind == "s" else 1] += int(value)
+        return {host: (s, f) for host, (s, f) in out.items()}
+
+    def mark_once(self, crawl_id: str, event: str, value: str, ttl: float) -> bool:
+        """Claim ``event`` of the crawl for this process (SET NX with a TTL); False if claimed before."""
+        return bool(self.r.set(Keys.notified(crawl_id, event), value, nx=True, px=max(1, int(ttl * 1000))))
+
+    def update_mark(self, crawl_id: str, event: str, value: str) -> None:
+        """Say how a claimed event went (its TTL stays)."""
+        self.r.set(Keys.notified(crawl_id, event), value, xx=True, keepttl=True)
+
+    def mark_of(self, crawl_id: str, event: str) -> str | None:
+        value = self.r.get(Keys.notified(crawl_id, event))
+        return value.decode() if value is not None else None
 
     # --- parked bodies --------------------------------------------------------------------------
     def park_bodies(self, crawl_id: str, bodies: dict[str, bytes], ttl: int) -> dict[str, str]:
@@ -340,20 +504,22 @@ class RedisState:
         self.exchange_slots(list(slots), [])
 
     def exchange_slots(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
-                       ) -> list[tuple[list[str], float, float]]:
+                       owner: str = "", dead_after: float = 10.0) -> list[tuple[list[str], float, float]]:
         """Give back (host, token) slots and ask for new ones, all in one round trip. For each request:
-        (tokens granted, seconds to wait when none was, the host's back-off in seconds)."""
+        (tokens granted, seconds to wait when none was, the host's back-off in seconds). Slots taken
+        for a heart-beating ``owner`` are freed by others once it is silent for ``dead_after`` s."""
         if not release and not requests:
             return []
-        asks = [(req, [_token() for _ in range(max(1, req.want))]) for req in requests]
+        prefix = f"{owner}|" if owner else ""
+        asks = [(req, [prefix + _token() for _ in range(max(1, req.want))]) for req in requests]
         for attempt in (1, 2):
             pipe = self.r.pipeline(transaction=False)
             for host, token in release:
                 pipe.zrem(Keys.host_slots(host), token)
             for req, tokens in asks:  # EVALSHA by hand: a pipelined Script call costs a SCRIPT EXISTS
-                pipe.evalsha(self._acquire_host.sha, 3, Keys.host_slots(req.host), Keys.host_next(req.host),
-                             Keys.host_backoff(req.host), req.limit, int(req.delay * 1000),
-                             int(req.lease * 1000), *tokens)
+                pipe.evalsha(self._acquire_host.sha, 4, Keys.host_slots(req.host), Keys.host_next(req.host),
+                             Keys.host_backoff(req.host), Keys.workers, req.limit, int(req.delay * 1000),
+                             int(req.lease * 1000), int(dead_after * 1000), *tokens)
             try:
                 replies = pipe.execute()
                 break

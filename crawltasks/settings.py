@@ -18,6 +18,8 @@ ENV_MONGO_DB = "CRAWLTASKS_MONGO_DB"
 ENV_SPIDER_MODULES = "CRAWLTASKS_SPIDER_MODULES"
 ENV_DATA_DIR = "CRAWLTASKS_DATA_DIR"
 ENV_FETCH_CONCURRENCY = "CRAWLTASKS_FETCH_CONCURRENCY"
+ENV_RETENTION = "CRAWLTASKS_RETENTION"  # the default of the crawl option ``retention``
+DEFAULT_RETENTION = 7 * 24 * 3600.0
 
 
 @dataclass
@@ -54,6 +56,12 @@ class Settings:
 
 
 RETIRED = frozenset({"fetch_threads"})  # options of earlier versions, ignored in saved crawls
+
+
+def default_retention() -> float:
+    """Seconds a finished crawl's state stays in Redis unless the crawl says otherwise: one operator
+    setting (CRAWLTASKS_RETENTION) for every crawl started from this environment."""
+    return float(os.environ.get(ENV_RETENTION) or DEFAULT_RETENTION)
 
 
 @dataclass
@@ -98,6 +106,9 @@ class CrawlOptions:
     max_pages_per_host: int = 0  # requests scheduled per host (0: no cap)
     max_run_time: float = 0.0  # seconds; past it the crawl is cancelled (0: no limit)
     visit_ttl: float = 0.0  # seconds; a URL stored by an earlier crawl of the spider within it is skipped
+    # seconds a finished or cancelled crawl's working state stays in Redis (its meta and stats: 10 times
+    # longer); 0 keeps it forever
+    retention: float = field(default_factory=default_retention)
     # identities: user_agent "random" rotates built-in browser agents; providers are "module:callable"
     headers: dict[str, str] = field(default_factory=dict)
     cookies: dict[str, str] = field(default_factory=dict)
@@ -106,6 +117,10 @@ class CrawlOptions:
     cookie_provider: str | None = None  # callable(request) -> dict of cookies
     item_meta: bool = False  # merge each request's meta into the items found on its page
     sitemap_from_robots: bool = False  # seed the crawl with the sitemaps robots.txt lists
+    # notifications (crawltasks.notify): a webhook URL gets a JSON summary when the crawl finishes, and an
+    # alert when the share of failed requests over the last minute reaches notify_failure_rate
+    notify: str | None = None
+    notify_failure_rate: float = 0.5
 
     def __post_init__(self) -> None:
         _check(self.max_depth is None or self.max_depth >= 0, "max_depth must be >= 0")
@@ -123,6 +138,10 @@ class CrawlOptions:
         _check(self.max_size > 0, "max_size must be > 0")
         _check(min(self.max_pages, self.max_pages_per_host, self.max_run_time, self.visit_ttl) >= 0,
                "limits must be >= 0")
+        _check(self.retention >= 0, "retention must be >= 0 (0: keep forever)")
+        _check(not self.notify or self.notify.startswith(("http://", "https://")),
+               "notify must be an http:// or https:// URL")
+        _check(0 < self.notify_failure_rate <= 1, "notify_failure_rate must be in (0, 1]")
         for pattern in [*self.allow_patterns, *self.deny_patterns]:
             try:
                 re.compile(pattern)

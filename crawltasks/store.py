@@ -23,11 +23,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
 from pymongo import UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, ExecutionTimeout
 
 PAGES, ITEMS, FAILURES = "pages", "items", "failures"
 DUPLICATE_KEY = 11000
 EXPORT_BATCH = 2000  # documents per round trip when reading a crawl back
+LATEST_MAX_MS = 2000  # the most a look for the latest documents may take on the server
 
 
 def doc_id(crawl_id: str, fp: str) -> str:
@@ -137,6 +138,40 @@ class MongoStorage:
 
     def count(self, collection: str, crawl_id: str) -> int:
         return self.db[collection].count_documents(of_crawl(crawl_id))
+
+    def latest(self, collection: str, crawl_id: str, limit: int = 20,
+               fields: list[str] | None = None) -> list[dict[str, Any]]:
+        """The crawl's last-written documents, newest first: a backward scan in the order the server
+        keeps them, stopped at ``limit`` matches (no index on time: it would cost every insert), and
+        cut short after LATEST_MAX_MS, so a long-finished crawl in a big collection costs little."""
+        projection = dict.fromkeys(fields, 1) if fields else None
+        cursor = (self.db[collection].find(of_crawl(crawl_id), projection).hint([("$natural", -1)])
+                  .limit(limit).max_time_ms(LATEST_MAX_MS))
+        try:
+            docs = list(cursor)
+        except ExecutionTimeout:
+            return []
+        for doc in docs:
+            doc.pop("_id", None)
+        return docs
+
+    def failure_samples(self, crawl_id: str, reasons: list[str], per_reason: int = 3) -> dict[str, list[str]]:
+        """A few failed URLs of each reason (one indexed query per reason)."""
+        out = {}
+        for reason in reasons:
+            query = {"crawl_id": crawl_id, "reason": reason}
+            out[reason] = [d["url"] for d in self.db[FAILURES].find(query, {"url": 1}).limit(per_reason)]
+        return out
+
+    def failures_page(self, crawl_id: str, reason: str | None, skip: int, limit: int) -> list[dict[str, Any]]:
+        """One page of the crawl's failure records (of one reason), in the order the server keeps them."""
+        query = of_crawl(crawl_id)
+        if reason:
+            query["reason"] = reason
+        docs = list(self.db[FAILURES].find(query).skip(skip).limit(limit))
+        for doc in docs:
+            doc.pop("_id", None)
+        return docs
 
     def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """The documents without their ``_id``, in the order the server keeps them. Dropped here, not

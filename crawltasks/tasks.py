@@ -7,6 +7,7 @@ keep a crawl moving: its heartbeat, the dispatcher (one at a time in the fleet) 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 from typing import Any
@@ -19,8 +20,10 @@ import celeryconfig
 
 from . import pipeline, runtime
 from .celeryapp import app
+from .health import clear_outage, record_outage
 from .hostqueues import Entry, decode
 from .models import Fetched
+from .urls import redact
 
 # Infrastructure outages: the whole task is retried by Celery with backoff; the request is not at fault.
 OUTAGES = (
@@ -40,14 +43,14 @@ def send_batch(crawl_id: str, priority: str, batch: list[Entry]) -> None:
     """One fetch task for a batch of ready requests, on the fetch queue of its priority. They travel
     as the frontier keeps them (lease and compact entry): decoded once, by the fetch task."""
     queue = celeryconfig.FETCH_QUEUES[priority]
-    label = f"{crawl_id} {len(batch)} url(s) {decode(batch[0][2]).url}"
+    label = f"{crawl_id} {len(batch)} url(s) {redact(decode(batch[0][2]).url)}"
     fetch.apply_async((crawl_id, priority, [[lease, entry] for lease, _, entry in batch]), queue=queue,
                       routing_key=queue, argsrepr=label)
 
 
 def send_results(crawl_id: str, results: list[Fetched]) -> None:
     """One parse -> store chain for a group of fetched requests."""
-    label = f"{crawl_id} {len(results)} url(s) {results[0].request.url}"
+    label = f"{crawl_id} {len(results)} url(s) {redact(results[0].request.url)}"
     payload = {"crawl_id": crawl_id, "results": [f.to_dict() for f in results]}
     chain(parse.s(payload).set(argsrepr=label), store.s().set(argsrepr=label)).apply_async()
 
@@ -130,6 +133,28 @@ def stop_services() -> None:
         rt.engine.stop()
         rt.engine = None
     rt.heartbeat.stop()
+
+
+# --- outages seen here, shown by stats and the progress line (crawltasks.health) ------------------
+MONGO_OUTAGES = tuple(e for e in OUTAGES if e.__module__.startswith("pymongo"))
+_outage_noted = threading.Event()
+
+
+@signals.task_retry.connect
+def _on_retry(reason: object = None, **_: object) -> None:
+    """A task that cannot reach MongoDB waits and retries by itself: say since when, for everyone."""
+    if isinstance(getattr(reason, "exc", reason), MONGO_OUTAGES):  # autoretry's reason is a Retry
+        with contextlib.suppress(redis.exceptions.RedisError):
+            record_outage(runtime.current().state.r, "MongoDB")
+            _outage_noted.set()
+
+
+@signals.task_success.connect
+def _on_success(sender: Any = None, **_: object) -> None:
+    if _outage_noted.is_set() and sender is store:  # the store answers again
+        _outage_noted.clear()
+        with contextlib.suppress(redis.exceptions.RedisError):
+            clear_outage(runtime.current().state.r, "MongoDB")
 
 
 @signals.worker_ready.connect
