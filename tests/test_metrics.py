@@ -22,6 +22,7 @@ from crawltasks.urls import host_key
 from .sites import FAST
 from .test_monitor import small_site
 from .test_web_controls import long_site, start_web
+from .workers import wait_for
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 
@@ -56,13 +57,11 @@ def test_metrics_of_a_finished_and_a_paused_crawl(worker, rt, web, crawl_id):
     slow = long_site(200)
     try:
         paused = start_crawl(slow.url("/"), crawl_id=crawl_id, **{**FAST, "host_concurrency": 1})
-        while paused.stats()["stored"] < 5:
-            time.sleep(0.05)
+        assert wait_for(lambda: paused.stats()["stored"] >= 5, 60)
         assert paused.pause()
         host = host_key(slow.url("/"))
         rt.state.host_feedback(host, slow=True)  # the host answered 429: it backs off
-        while rt.frontier.sizes(crawl_id).claimed:  # the batches in flight end
-            time.sleep(0.1)
+        assert wait_for(lambda: rt.frontier.sizes(crawl_id).claimed == 0, 60)  # the batches in flight end
         stats, samples = paused.stats(), scrape(web)
 
         finished = of(samples, done.id)

@@ -23,6 +23,7 @@ from .sites import FAST, SiteServer, html, serve, slow_page
 from .test_flower import CHROMEDRIVER, CHROMIUM
 from .test_monitor import cli
 from .test_web_controls import start_web
+from .workers import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 COMPARED = ("state", "scheduled", "stored", "failed", "skipped", "pending", "items", "duplicates", "retried")
@@ -118,8 +119,7 @@ def test_list_and_crawl_pages_in_chromium_show_what_crawltasks_stats_says(worker
     try:
         crawl = start_crawl(site.url("/"), spider="test-titles", crawl_id=crawl_id, max_retries=0,
                             **{**FAST, "host_concurrency": 2})
-        while crawl.stats()["stored"] < 120:
-            time.sleep(0.1)
+        assert wait_for(lambda: crawl.stats()["stored"] >= 120, 60)
         assert crawl.pause()
         held = still(crawl)
         before = cli_stats(settings, crawl_id)

@@ -20,6 +20,7 @@ from crawltasks.settings import Settings
 
 from .sites import FAST, SiteServer, serve, slow_page
 from .test_flower import ROOT, Proc, free_port, listening, service_env
+from .workers import wait_for
 
 USER, PASSWORD = "crawl", uuid.uuid4().hex
 
@@ -48,7 +49,7 @@ def web_open(rt, settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
     proc.stop()
 
 
-def long_site(pages: int = 300) -> SiteServer:
+def long_site(pages: int = 200) -> SiteServer:
     """Slow pages: a crawl of them one at a time takes long enough to pause it half-way."""
     routes = {"/": slow_page("Home", [f"/p/{i}" for i in range(pages)], delay=0.03)}
     for i in range(pages):
@@ -81,8 +82,7 @@ def test_the_pause_control_really_pauses_and_resume_finishes(worker, rt, web_aut
     session.auth = (USER, PASSWORD)
     try:
         crawl = start_crawl(site.url("/"), crawl_id=crawl_id, **{**FAST, "host_concurrency": 1})
-        while crawl.stats()["stored"] < 20:
-            time.sleep(0.05)
+        assert wait_for(lambda: crawl.stats()["stored"] >= 20, 60)
         resp = session.post(f"{web_auth}/crawl/{crawl_id}/pause", data={"_xsrf": xsrf_of(session, web_auth, crawl_id)},
                             allow_redirects=False, timeout=10)
         assert resp.status_code == 303 and resp.headers["Location"].endswith("done=pause&n=1")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from xml.sax.saxutils import escape
 
 from ..series import Bucket
@@ -29,7 +29,7 @@ def _clock(ts: float, span: float) -> str:
     return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S", time.localtime(ts))
 
 
-def _steps(buckets: Sequence[Bucket], value: str, x, y) -> str:
+def _steps(buckets: Sequence[Bucket], value: str, x: Callable[[float], float], y: Callable[[float], float]) -> str:
     """An SVG path of horizontal steps, one per bucket, at its rate of ``value`` per second."""
     parts = []
     for b in buckets:

@@ -103,7 +103,10 @@ class CrawlApi(PageHandler):
 class FailuresPage(PageHandler):
     async def get(self, crawl_id: str) -> None:
         reason = self.get_argument("reason", "") or None
-        page = max(0, int(self.get_argument("page", "0") or 0))
+        try:
+            page = max(0, int(self.get_argument("page", "0") or 0))
+        except ValueError:
+            raise web.HTTPError(400, reason="page must be a number") from None
         exists = await self.run(lambda: Crawl(crawl_id, self.rt).exists)
         if not exists:
             raise web.HTTPError(404, reason=f"no crawl named {crawl_id!r} in Redis")

@@ -45,13 +45,11 @@ class CrawlCollector:
 
     def shown(self) -> list[dict[str, Any]]:
         """``Crawl.stats()`` of every crawl not finished, or finished within ``keep_finished`` s."""
-        now = self.rt.state.now()
-        out = []
-        for crawl_id in self.rt.state.crawl_ids():
-            finished_at = self.rt.state.crawl_meta(crawl_id).get("finished_at")
-            if finished_at is None or now - float(finished_at) <= self.keep_finished:
-                out.append(Crawl(crawl_id, self.rt).stats())
-        return out
+        state = self.rt.state
+        now, ids = state.now(), state.crawl_ids()
+        return [Crawl(crawl_id, self.rt).stats() for crawl_id, finished_at in zip(ids, state.finished_times(ids),
+                                                                                  strict=True)
+                if finished_at is None or now - finished_at <= self.keep_finished]
 
     def failures(self, crawl_id: str) -> dict[str, int]:
         """Final failures by reason (recorded skips left out), recounted at most every FAILURES_EVERY s."""
