@@ -1,6 +1,6 @@
 """crawltasks: a distributed web crawler on Celery.
 
-Public API: ``start_crawl``, ``Crawl``, ``Spider``, ``Request``, ``Response``, ``CrawlOptions``.
+Public API: ``run``, ``start_crawl``, ``Crawl``, ``Spider``, ``Request``, ``Response``, ``CrawlOptions``.
 ``app`` is the Celery app (what ``celery -A crawltasks worker`` finds). Names are imported on first
 use, so importing the package is cheap and opens no connection.
 """
@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "start_crawl": "crawltasks.crawl",
+    "run": "crawltasks.runner",
+    "CrawlResult": "crawltasks.runner",
     "Crawl": "crawltasks.crawl",
     "Spider": "crawltasks.spiders",
     "Response": "crawltasks.spiders",

@@ -22,6 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import __version__
+from .cliopts import OptionError
+from .feeds import FeedError
 from .health import ServiceDown
 from .settings import ENV_BROKER, ENV_REDIS, Settings
 
@@ -63,14 +66,24 @@ def build_parser() -> Parser:
     p = Parser(prog="crawltasks", description="A distributed web crawler on Celery.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     p.add_argument("--data-dir", help="embedded mode's data directory (default ~/.local/share/crawltasks)")
+    p.add_argument("--version", action="version", version=f"crawltasks {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("crawl", help="crawl from seed URLs until done")
     c.add_argument("urls", nargs="*", metavar="URL")
-    c.add_argument("--spider", help="a registered spider name or module:Class (default: the site spider)")
+    c.add_argument("--spider", help="a registered spider name, module:Class or a file (myspider.py[:Class]), "
+                                    "found in the current directory too (default: the site spider)")
+    c.add_argument("-s", "--set", action="append", metavar="NAME=VALUE",
+                   help="any crawl option, JSON-typed (repeatable): -s max_pages=100 -s obey_robots=false")
+    c.add_argument("-a", dest="spider_arg", action="append", metavar="NAME=VALUE",
+                   help="a spider argument, passed to its __init__ on every worker (repeatable)")
+    c.add_argument("--seeds-file", metavar="FILE", help="seed URLs, one a line ('-': standard input)")
+    c.add_argument("--items", metavar="FILE", help="write the spider's items here (then --output has only pages)")
+    c.add_argument("--stats-json", metavar="FILE", help="write the final summary as JSON")
     c.add_argument("--crawl-id", help="name the crawl (generated otherwise); an existing id continues it")
     c.add_argument("--max-depth", type=positive_int, help="seeds are depth 0; 0 fetches only the seeds")
-    c.add_argument("--output", "-o", help="write stored pages (and items) as JSON Lines")
+    c.add_argument("--output", "-o", help="write stored pages (and items, with a type field) to FILE: .jsonl, "
+                                          ".json or .csv by its extension; '-' is JSON Lines on stdout")
     c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="local worker processes: 1 runs a worker inside this command; N > 1 adds N worker "
                         "processes beside it (default: one per core)")
@@ -106,11 +119,23 @@ def build_parser() -> Parser:
 
     e = sub.add_parser("export", help="write a crawl's pages as JSON Lines")
     e.add_argument("crawl_id")
-    e.add_argument("--output", "-o", required=True)
+    e.add_argument("--output", "-o", required=True, help=".jsonl, .json or .csv by its extension; '-': stdout")
+    e.add_argument("--items", metavar="FILE", help="the items here (then --output has only pages)")
+
+    d = sub.add_parser("delete", help="remove a crawl: its Redis state and its stored documents")
+    d.add_argument("crawl_id")
+    d.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    t = sub.add_parser("fetch", help="run the spider on one page and print what it yields; stores nothing")
+    t.add_argument("url")
+    t.add_argument("--spider", help="as for crawl (default: the site spider)")
+    t.add_argument("-a", dest="spider_arg", action="append", metavar="NAME=VALUE", help="a spider argument")
+    t.add_argument("-s", "--set", action="append", metavar="NAME=VALUE", help="a crawl option (timeout, headers...)")
 
     for name, text in (("pause", "stop fetching on every worker; queued batches are parked"),
                        ("resume", "continue a paused crawl"),
-                       ("cancel", "stop a crawl for good; it finishes as cancelled")):
+                       ("cancel", "stop a crawl for good; it finishes as cancelled"),
+                       ("close", "no more seeds: a feed crawl finishes once nothing is pending")):
         sub.add_parser(name, help=text).add_argument("crawl_id")
 
     r = sub.add_parser("retry-failed", help="send a crawl's failed requests through the pipeline again")
@@ -121,6 +146,12 @@ def build_parser() -> Parser:
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1)
     r.add_argument("--concurrency", type=positive_int)
     r.add_argument("--output", "-o", help="write the crawl's pages afterwards")
+    r.add_argument("--items", metavar="FILE", help="write the items here (then --output has only pages)")
+    r.add_argument("--stats-json", metavar="FILE", help="write the final summary as JSON")
+
+    a = sub.add_parser("add", help="push seed URLs to a running crawl (a finished one runs again)")
+    a.add_argument("crawl_id")
+    a.add_argument("urls", nargs="+", metavar="URL")
 
     f = sub.add_parser("failures", help="list a crawl's failed URLs")
     f.add_argument("crawl_id")
@@ -136,13 +167,15 @@ def build_parser() -> Parser:
     w.add_argument("--flower-url", help="Flower's address for the task links (default http://127.0.0.1:5555, "
                                         "or CRAWLTASKS_FLOWER_URL)")
     w.add_argument("--refresh", type=non_negative_float, default=2.0, help="seconds between live updates")
+    for command in sub.choices.values():  # accepted after the command too; SUPPRESS keeps the one before
+        command.add_argument("--data-dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("max_depth", "host_concurrency", "host_delay", "max_retries", "batch_size", "timeout",
-             "allowed_domains", "store_html", "store_text", "dedupe", "notify", "notify_failure_rate")
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    from .cliopts import crawl_options as from_args
+
+    return from_args(args)
 
 
 @contextmanager
@@ -197,8 +230,11 @@ def summary(stats: dict[str, Any]) -> str:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
+    from .cliopts import locate, read_seeds
+    from .feeds import check_output
     from .urls import check_seeds
 
+    args.urls = [*args.urls, *read_seeds(args.seeds_file)]
     if not args.urls and not args.spider and not args.crawl_id:
         raise UsageError("give at least one URL, --spider NAME with start_urls, or --crawl-id of a crawl to continue")
     check_worker_flags(args)
@@ -206,12 +242,16 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         check_seeds(args.urls)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    options = crawl_options(args)  # every mistake is found before a service starts
+    check_output(args.output)
+    check_output(args.items, "--items")
+    spider = locate(args.spider)
 
     def begin():
         from .crawl import start_crawl
 
         try:
-            return start_crawl(args.urls or None, spider=args.spider, crawl_id=args.crawl_id, **crawl_options(args))
+            return start_crawl(args.urls or None, spider=spider, crawl_id=args.crawl_id, **options)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 
@@ -227,7 +267,8 @@ def cmd_retry_failed(args: argparse.Namespace) -> int:
         crawl = Crawl(args.crawl_id)
         if not crawl.exists:
             raise UsageError(f"no crawl named {args.crawl_id!r}")
-        print(f"sending {crawl.retry_failed(args.reason)} failed request(s) again")
+        out = sys.stderr if args.output == "-" else sys.stdout
+        print(f"sending {crawl.retry_failed(args.reason)} failed request(s) again", file=out)
         return crawl
 
     return run_to_completion(args, begin)
@@ -286,11 +327,11 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
                                         name="stop-workers")
             stopping.start()
-            stats = crawl.stats()
-            print(summary(stats))
-            if args.output:
-                pages, items = crawl.export(args.output)
-                print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
+            from .summary import finish
+
+            out = sys.stderr if args.output == "-" else sys.stdout  # stdout carries the feed then
+            print(summary(crawl.stats()), file=out)
+            finish(crawl, args, out)
         finally:
             if dashboard is not None:
                 dashboard.stop()
@@ -417,8 +458,58 @@ def cmd_export(args: argparse.Namespace) -> int:
         crawl = Crawl(args.crawl_id)
         if not crawl.exists:
             raise UsageError(f"no crawl named {args.crawl_id!r}")
-        pages, items = crawl.export(args.output)
-    print(f"wrote {pages} page(s) and {items} item(s) to {args.output}")
+        from .feeds import check_output, export
+
+        check_output(args.output)
+        check_output(args.items, "--items")
+        pages, items = export(crawl.rt.storage, crawl.id, args.output, args.items)
+    where = " and ".join(p for p in (args.output, args.items) if p)
+    out = sys.stderr if args.output == "-" else sys.stdout
+    print(f"wrote {pages} page(s) and {items} item(s) to {where}", file=out)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        state = crawl.stats()["state"]
+        if state in ("running", "paused"):
+            raise UsageError(f"crawl {args.crawl_id} is {state}: cancel it first ('crawltasks cancel {args.crawl_id}')")
+        if not args.yes and not confirm(f"delete crawl {args.crawl_id} ({state}) and its stored documents? [y/N] "):
+            print("not deleted", file=sys.stderr)
+            return 1
+        crawl.rt.storage.delete_crawl(crawl.id)
+        crawl.rt.state.delete_crawl(crawl.id)
+    print(f"deleted crawl {args.crawl_id}")
+    return 0
+
+
+def confirm(question: str) -> bool:
+    """Ask on stderr, read the answer from stdin (a pipe may answer); no answer means no."""
+    print(question, end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from .cliopts import locate, parse_settings, parse_spider_args
+    from .trypage import PageError, try_page
+    from .urls import check_seeds
+
+    try:
+        check_seeds([args.url])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options = {**parse_settings(args.set), "spider_args": parse_spider_args(args.spider_arg)}
+    try:
+        items, requests = try_page(args.url, locate(args.spider), options)
+    except PageError as exc:
+        print(f"crawltasks: {args.url}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{items} item(s), {requests} request(s)", file=sys.stderr)
     return 0
 
 
@@ -475,10 +566,23 @@ def cmd_control(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add(args: argparse.Namespace) -> int:
+    from .crawl import Crawl
+
+    with services(args):
+        crawl = Crawl(args.crawl_id)
+        if not crawl.exists:
+            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        new = crawl.add(args.urls)
+    print(f"{args.crawl_id}: {new} new of {len(args.urls)} URL(s)")
+    return 0
+
+
 COMMANDS = {
     "crawl": cmd_crawl, "stats": cmd_stats, "export": cmd_export, "failures": cmd_failures, "list": cmd_list,
     "retry-failed": cmd_retry_failed, "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control,
-    "web": cmd_web,
+    "close": cmd_control, "add": cmd_add,
+    "web": cmd_web, "delete": cmd_delete, "fetch": cmd_fetch,
 }
 
 
@@ -499,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceDown as exc:
         print(f"crawltasks: error: {exc}", file=sys.stderr)
         return 3
-    except UsageError as exc:
+    except (UsageError, OptionError, FeedError) as exc:
         from .urls import redact
 
         print(f"crawltasks: error: {redact(str(exc))}", file=sys.stderr)  # a bad seed's password stays unseen

@@ -17,6 +17,8 @@ from .health import outages, stalled_line
 from .models import Request
 from .robots import Robots, origin_of
 from .runtime import Runtime
+from .seeds import Feeder, first_chunk, hold, release
+from .seeds import add as add_seeds
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
 from .store import FAILURES, ITEMS, PAGES, export_crawl
@@ -32,6 +34,7 @@ class Crawl:
     def __init__(self, crawl_id: str, rt: Runtime | None = None) -> None:
         self.id = crawl_id
         self.rt = rt or runtime.current()
+        self.feeder: Feeder | None = None  # this process's thread feeding a long start_requests(), if any
 
     def __repr__(self) -> str:
         return f"Crawl({self.id!r})"
@@ -111,6 +114,17 @@ class Crawl:
 
         return cancel(self.rt, self.id)
 
+    def add(self, urls: Iterable[str | Request]) -> int:
+        """Push more seeds to the crawl while it runs (a finished one runs again); returns how many were new."""
+        return add_seeds(self.rt, self.id, urls)
+
+    def close(self) -> bool:
+        """No more seeds: a feed crawl (or one fed by this process) finishes once nothing is pending.
+        True if it was held open."""
+        if self.feeder is not None:
+            self.feeder.stop()
+        return release(self.rt, self.id)
+
     def retry_failed(self, reason: str | None = None) -> int:
         """Send the crawl's failed requests through the pipeline again; returns how many."""
         records = [r for r in self.failures(reason) if r.get("outcome", "failed") == "failed"]
@@ -143,8 +157,16 @@ def build_options(spider_cls: type[Spider], seeds: list[str], options: dict[str,
         merged["max_depth"] = spider_cls.max_depth
     if spider_cls.allowed_domains is not None:
         merged["allowed_domains"] = list(spider_cls.allowed_domains)
+    if spider_cls.handle_statuses:  # fetch workers must keep those bodies: an option, saved with the crawl
+        merged["handle_statuses"] = sorted(spider_cls.handle_statuses)
+    if getattr(spider_cls, "cookies", False) is True:
+        merged["cookie_jar"] = True  # a spider that logs in: the crawl keeps a cookie jar
+    if isinstance(options.get("cookies"), bool):  # cookies=True / False: the jar on or off, no fixed cookies
+        options = {**options, "cookie_jar": options["cookies"], "cookies": None}
     merged.update({k: v for k, v in options.items() if v is not None})
     merged["spider"] = spider_cls.ref()
+    if spider_cls.__dict__.get("crawltasks_path"):  # imported from the user's directory: workers look there
+        merged["spider_path"] = spider_cls.__dict__["crawltasks_path"]
     if merged.get("allowed_domains") is None:
         merged["allowed_domains"] = sorted({host_of(u) for u in seeds})
     if merged.get("private_hosts") is None:
@@ -163,7 +185,11 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     Options are the fields of ``CrawlOptions``. Starting a crawl id again continues it with its
     saved options: pages already stored are not fetched twice.
     """
-    rt = rt or runtime.current()
+    if rt is None:
+        from .runner import check_unconfigured
+
+        rt = runtime.current()
+        check_unconfigured(rt)  # nothing configured and nothing answering: say so now, not wait on it
     if isinstance(seeds, type) and issubclass(seeds, Spider):
         spider, seeds = seeds, None
     if isinstance(spider, str):
@@ -173,13 +199,16 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     if not given and crawl_id:  # continuing a crawl by its id alone: its own seeds (they are seen already)
         given = json.loads(rt.state.crawl_meta(crawl_id).get("seeds") or "[]")
     requests = [s if isinstance(s, Request) else Request(url=s) for s in given]
+    rest = None  # the seeds of a long start_requests() after its first chunk: fed as the crawl needs them
     if not requests:
-        requests = list(spider_cls().start_requests())
-    if not requests:
+        requests, rest = first_chunk(spider_cls(**(options.get("spider_args") or {})).start_requests())
+    if not requests and not options.get("feed"):
         raise ValueError("nothing to crawl: give seed URLs or a spider with start_urls")
     check_seeds(r.url for r in requests if not r.url.startswith(("javascript:", "mailto:")))
     crawl_id = crawl_id or new_crawl_id(spider_cls.name or "crawl")
     opts = build_options(spider_cls, [r.url for r in requests], options)
+    if not requests and not opts.allowed_domains:
+        raise ValueError("a feed crawl without seeds needs allowed_domains: pushed seeds are scoped like links")
     state = rt.state
     created = state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests])
     if not created:
@@ -190,6 +219,11 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
         robots = Robots(state, opts)
         origins = {origin_of(r.url): r.url for r in requests}
         requests += [Request(url=s) for url in origins.values() for s in robots.sitemaps(url)]
+    if rest is not None or opts.feed:  # more seeds to come: not finished between two of them
+        hold(rt, crawl_id, "feed" if opts.feed else "seeds")
     schedule(state, rt.frontier, crawl_id, requests, opts)
     state.check_finished(crawl_id)
-    return Crawl(crawl_id, rt)
+    crawl = Crawl(crawl_id, rt)
+    if rest is not None:
+        crawl.feeder = Feeder(rt, crawl_id, rest, release_at_end=not opts.feed).start()
+    return crawl

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from . import logs
+from . import logs, sessions
 from .fetch import fetch_one
 from .frontier import backoff, bloom_of
 from .liveness import BEAT_EVERY, dead_after
@@ -89,8 +89,10 @@ def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions,
     try:
         if job.robots is not None:
             outcome: Any = robots.download(job.robots, on_send)
-        else:
-            outcome = fetch_one(job.request, options, on_send)
+        else:  # a crawl that keeps cookies: this thread's hops send and keep them (crawltasks.sessions)
+            jar = sessions.jar_of(robots.state.r, job.crawl_id) if options.cookie_jar else None
+            with sessions.using(jar):
+                outcome = fetch_one(job.request, options, on_send)
     except BaseException as exc:  # noqa: BLE001 - fetch_one never raises; reported as this job's error
         outcome = exc
     events.put(("done", job, token, outcome))

@@ -16,7 +16,7 @@ from typing import Any
 import requests
 from urllib3.exceptions import InvalidChunkLength
 
-from . import identity
+from . import identity, sessions
 from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
 from .settings import CrawlOptions
@@ -83,11 +83,18 @@ def _now() -> str:
 
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+CONDITIONAL_HEADERS = frozenset({"if-none-match", "if-modified-since"})
+DROPPED_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server",
+                             "content-encoding", "accept-ranges", "vary"})
+HEADERS_CAP = 4096  # characters of response headers carried to parse, at most
 
 
 def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any]) -> Fetched | None:
-    """The failure of a final answer below 400 that is no page: an interim 1xx, a 304 (we never ask
-    conditionally), a 3xx whose Location is missing or empty; None for a 2xx."""
+    """The failure of a final answer below 400 that is no page: an interim 1xx, a 304 to a request
+    that was not conditional, a 3xx whose Location is missing or empty; None for a 2xx. A 304 to a
+    conditional request (a re-crawl, see ``revisit``) ends ``not_modified``: the stored page stands."""
+    if status == 304 and is_conditional(request):
+        return _failure(request, "not_modified", f"HTTP 304: {final} did not change", **common)
     if status < 200 or status == 304:
         return _failure(request, "bad_response", f"HTTP {status} is not a final answer to a GET ({final})", **common)
     if status >= 300:
@@ -124,7 +131,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
     except Exception as exc:  # noqa: BLE001 - a provider's failure is this request's, not the worker's
         return _failure(request, "provider_error", f"{type(exc).__name__}: {exc}"), None
     allowance = Allowance.of(options)
-    url, method, visited = request.url, request.method, []
+    url, method, visited, body_out = request.url, request.method, [], request.body
     try:
         while True:
             hop = len(visited)
@@ -150,12 +157,16 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TooSlow(f"no complete response within the total time cap ({options.timeout}s)")
-            with send(s, prepare(method, url, headers, cookies), proxies, (min(10.0, remaining), remaining)) as resp:
+            prepared = prepare(method, url, headers, cookies, body_out)
+            sessions.send_cookies(prepared)  # the crawl's session cookies for this hop, if it keeps them
+            with send(s, prepared, proxies, (min(10.0, remaining), remaining)) as resp:
+                sessions.keep_cookies(prepared, resp)
                 target = s.get_redirect_target(resp) if resp.status_code in REDIRECT_STATUSES else None
                 if target:
                     url = join(resp.url, target) or target
                     if resp.status_code == 303 or (resp.status_code in (301, 302) and method == "POST"):
-                        method = "GET"
+                        method, body_out = "GET", b""  # the browsers' rule: the form is not sent again
+                        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
                     continue
                 status = resp.status_code
                 content_type = resp.headers.get("Content-Type", "")
@@ -169,6 +180,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
                 else:
                     body = _read_capped(resp, options.max_size, deadline)
                 final_url = resp.url
+                kept_headers = carried_headers(resp.headers)
             if watch.expired:  # a close-delimited body cut by the cap looks complete: it is not
                 raise TooSlow("response took longer than the total time cap")
             break
@@ -182,17 +194,37 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
         return _failure(request, "invalid_url", f"redirected to an invalid URL: {exc}"), None
     final_fp = request.fp if final == canonicalize(request.url) else fingerprint(final, request.method)
     common = dict(status=status, url=final, fp=final_fp, content_type=content_type or None, size=len(body.data),
-                  elapsed=round(elapsed, 4), retry_after=retry_after)
-    if status >= 400:
+                  elapsed=round(elapsed, 4), retry_after=retry_after, headers=kept_headers)
+    if status >= 400 and status not in options.handle_statuses:
         return _failure(request, f"http_{status}", f"HTTP {status} from {final}",
                         transient=status in TRANSIENT_STATUSES, **common), None
-    if (refused := _not_a_page(request, status, final, common)) is not None:
+    if status < 400 and (refused := _not_a_page(request, status, final, common)) is not None:
         return refused, None
     if body.truncated:
         size = f"{declared} bytes declared" if declared and declared > options.max_size else "cut while streaming"
         return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes; {size})",
                         **common), None
     return Fetched(request=request, fetched_at=_now(), truncated=False, **common), body.data
+
+
+def is_conditional(request: Request) -> bool:
+    """True when the request asks for a 304 if nothing changed (If-None-Match / If-Modified-Since)."""
+    return any(k.lower() in CONDITIONAL_HEADERS for k in request.headers)
+
+
+def carried_headers(headers: Any) -> dict[str, str]:
+    """The response headers that travel to the parse stage: lowercased, without those of the
+    connection, and no more than HEADERS_CAP characters (spiders read them; the store keeps validators)."""
+    out, size = {}, 0
+    for name, value in headers.items():
+        name = name.lower()
+        if name in DROPPED_HEADERS:
+            continue
+        size += len(name) + len(value)
+        if size > HEADERS_CAP:
+            break
+        out[name] = value
+    return out
 
 
 def _content_length(resp: requests.Response) -> int | None:

@@ -42,6 +42,8 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
     in_scope: dict[str, bool] = {}  # host -> in allowed_domains: a batch's links share few hosts
     domains = domain_set(tuple(options.allowed_domains)) if options.allowed_domains is not None else frozenset()
     for req in requests:
+        if req.depth is None:  # a seed, or a request made outside a callback
+            req.depth = 0
         try:
             url = canonicalize(req.url)
         except InvalidURL:
@@ -71,7 +73,8 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
             plan.filtered["not_allowed"] += 1
             continue
         req.url = url
-        req.fp = fingerprint(url, req.method, req.meta, options.fingerprint_meta)
+        req.fp = fingerprint(url, req.method, req.meta, options.fingerprint_meta, req.body, req.headers,
+                             options.fingerprint_headers)
         plan.accepted.append(req)
     return plan
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .models import PRIORITIES, Request
+from .models import PRIORITIES, Request, pack_body, unpack_body
 from .urls import InvalidURL, canonicalize, fingerprint, host_key, raw_fingerprint
 
 NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # add() verdicts
@@ -79,8 +79,8 @@ class Sizes:
 # --- the compact form of a queued request ----------------------------------------------------------
 # A JSON array [depth, url, referer, extras]: the priority is the queue it waits in, the fingerprint
 # is computed again when it is taken, a referer on the same origin keeps only its path, and extras
-# holds only what differs from the defaults. About 100 bytes for a typical link, so tens of millions
-# of waiting URLs fit one Redis.
+# holds only what differs from the defaults (a POST's method, body, headers, cookies, callbacks).
+# About 100 bytes for a typical link, so tens of millions of waiting URLs fit one Redis.
 
 def _origin_end(url: str) -> int:
     """Index of the path in scheme://host[:port]/path (len(url) when there is none)."""
@@ -111,7 +111,8 @@ def encode(req: Request) -> str:
         extras["a"] = req.attempt
     if req.lost:
         extras["l"] = req.lost
-    if req.fp and req.fp != _fingerprint_of(req.url, req.method, req.meta, ()):
+    extras.update(_http_extras(req))
+    if req.fp and req.fp != _fingerprint_of(req.url, req.method, req.meta, (), req.body):
         extras["f"] = req.fp  # not the plain fingerprint: fingerprint_meta, or a URL that cannot be canonical
     row: list[Any] = [req.depth, req.url, referer]
     if extras:
@@ -129,15 +130,35 @@ def decode(raw: str | bytes, priority: str = "default", lease: str = "") -> Requ
         referer = url[:end] + referer if end > 0 else referer
     method = extras.get("M", "GET")
     meta = extras.get("m") or {}
-    fp = extras.get("f") or _fingerprint_of(url, method, meta, ())
+    body = unpack_body(extras.get("b"))
+    fp = extras.get("f") or _fingerprint_of(url, method, meta, (), body)
     return Request(url=url, depth=depth, priority=priority, method=method, meta=meta,
                    dont_filter=bool(extras.get("d")), fp=fp, ticket=extras.get("t", fp),
-                   attempt=extras.get("a", 0), referer=referer, lease=lease, lost=extras.get("l", 0))
+                   attempt=extras.get("a", 0), referer=referer, lease=lease, lost=extras.get("l", 0),
+                   body=body, headers=extras.get("h") or {}, cookies=extras.get("c") or {},
+                   callback=extras.get("cb"), errback=extras.get("eb"))
 
 
-def _fingerprint_of(url: str, method: str, meta: dict[str, Any], fields: Sequence[str]) -> str:
+def _http_extras(req: Request) -> dict[str, Any]:
+    """What a request adds to plain GETs, under short keys: body (text or base64), headers,
+    cookies, callback and errback names. Empty for a plain link."""
+    extras: dict[str, Any] = {}
+    if req.body:
+        extras["b"] = pack_body(req.body)
+    if req.headers:
+        extras["h"] = req.headers
+    if req.cookies:
+        extras["c"] = req.cookies
+    if req.callback:
+        extras["cb"] = req.callback
+    if req.errback:
+        extras["eb"] = req.errback
+    return extras
+
+
+def _fingerprint_of(url: str, method: str, meta: dict[str, Any], fields: Sequence[str], body: bytes = b"") -> str:
     try:
-        return fingerprint(canonicalize(url), method, meta, fields)
+        return fingerprint(canonicalize(url), method, meta, fields, body)
     except InvalidURL:
         return raw_fingerprint(url, method)
 

@@ -55,13 +55,14 @@ def user_agent(request: Request, options: CrawlOptions) -> str:
 
 
 def for_request(request: Request, options: CrawlOptions) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """(headers, cookies, proxies) for one request."""
-    headers = {"Accept": ACCEPT, **options.headers, "User-Agent": user_agent(request, options)}
+    """(headers, cookies, proxies) for one request; the request's own headers and cookies win."""
+    headers = {"Accept": ACCEPT, **options.headers, "User-Agent": user_agent(request, options), **request.headers}
     if request.referer:  # never a password in it, however the request was built
         headers.setdefault("Referer", without_userinfo(request.referer))
     cookies = dict(options.cookies)
     if options.cookie_provider:
         cookies.update(provider(options.cookie_provider)(request) or {})
+    cookies.update(request.cookies)  # the request's own win: it was built for this exchange
     proxies: dict[str, str] = {}
     if options.proxy_provider:
         proxy = provider(options.proxy_provider)(request)

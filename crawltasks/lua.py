@@ -55,9 +55,12 @@ for i = 4, #ARGV, 3 do
   local host = nil
   if ARGV[i + 2] ~= '' then
     local claim = redis.call('HGET', KEYS[4], ARGV[i + 2])
-    if claim then
-      local ok, c = pcall(cjson.decode, claim)
-      if ok and type(c) == 'table' and type(c[4]) == 'string' then host = c[4] end
+    if claim then  -- its host: the 4th field of the claim's JSON array (frontierlua), read without decoding it
+      host = string.match(claim, '^%[[^,]*,[^,]*,[^,]*,"([^"]*)"')
+      if not host then
+        local ok, c = pcall(cjson.decode, claim)
+        if ok and type(c) == 'table' and type(c[4]) == 'string' then host = c[4] end
+      end
       redis.call('HDEL', KEYS[4], ARGV[i + 2])
     end
   end
@@ -74,7 +77,9 @@ if done > 0 then record(KEYS[5], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(
 local pending
 if done > 0 then pending = redis.call('HINCRBY', KEYS[2], 'pending', 0 - done)
 else pending = tonumber(redis.call('HGET', KEYS[2], 'pending') or '0') end
-if pending <= 0 then
+-- a crawl whose seeds keep coming (meta "open": crawltasks.seeds) finishes only once closed or cancelled
+if pending <= 0 and (redis.call('HEXISTS', KEYS[3], 'open') == 0
+                     or redis.call('HGET', KEYS[3], 'state') == 'cancelling') then
   local t = redis.call('TIME')
   if redis.call('HSETNX', KEYS[3], 'finished_at', t[1] + t[2] / 1e6) == 1 then
     local cancelled = redis.call('HGET', KEYS[3], 'state') == 'cancelling'

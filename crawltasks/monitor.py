@@ -245,6 +245,10 @@ def render(snap: Snapshot, rate: float | None = None, done_rate: float | None = 
     filtered = {k.removeprefix("filtered_"): v for k, v in s.items() if k.startswith("filtered_") and v}
     if filtered:
         parts.append(Text("filtered: " + ", ".join(f"{k} {v}" for k, v in sorted(filtered.items())), style="dim"))
+    for kind in ("dropped", "failed"):  # the item processors' counts (crawltasks.itempipes)
+        per = {k.removeprefix(f"items_{kind}_"): v for k, v in s.items() if k.startswith(f"items_{kind}_") and v}
+        if per:
+            parts.append(Text(f"items {kind}: " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())), style="dim"))
     if snap.hosts:
         hosts = Table(title="hosts (the gate is shared by every crawl)", title_justify="left", header_style="bold")
         hosts.add_column("host")

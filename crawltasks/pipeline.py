@@ -21,9 +21,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from . import logs, notify
+from . import callbacks, logs, notify, revisit
 from .custody import Custody
 from .frontier import schedule
+from .itempipes import close_chain, run_items
 from .models import Fetched, Request
 from .parse import is_html
 from .reasons import RECORDED_SKIPS, SILENT_SKIPS
@@ -129,6 +130,7 @@ def admit_stage(rt: Runtime, crawl_id: str, batch: list[Request]) -> tuple[list[
         for name in ("fp", "ticket", "attempt", "lease", "lost"):  # its identity stays
             setattr(changed, name, getattr(req, name))
         to_fetch.append(changed)
+    revisit.add_conditions(rt, options, to_fetch)  # a re-crawl asks for a 304 if the page did not change
     skipped = sum(f.error == "skipped_by_hook" for f in decided)
     if skipped:
         state.incr(crawl_id, skipped_by_hook=skipped)
@@ -200,6 +202,8 @@ class _Parse:
             out["skipped"].append([req.ticket, req.lease])
         elif not f.ok:
             out["records"].append(record_doc(self.crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
+            if req.errback and f.error not in RECORDED_SKIPS and f.error != "spider_not_found":
+                self.failed(f)
         else:
             body = self.bodies.get(f.body_key) if f.body_key else b""
             if body is None and self.rt.state.outcome_of(self.crawl_id, req.ticket):
@@ -212,6 +216,25 @@ class _Parse:
                 self.fail(f, "spider_not_found", self.missing or "")
             else:
                 self.page(f, body, spider)
+
+    def failed(self, f: Fetched) -> None:
+        """The errback of a request that ended failed: what it yields is kept, the request stays failed."""
+        failure = callbacks.Failure(f.request, f.error or "", f.status, f.message, f.url)
+        try:
+            follow, items = callbacks.errback(self.spider(), failure, self.crawl_id)
+        except StopCrawl as exc:
+            cancel(self.rt, self.crawl_id, str(exc))
+            return
+        self.follow += follow
+        self.add_items(f, f.url or f.request.url, items)
+
+    def add_items(self, f: Fetched, url: str, items: list[dict[str, Any]]) -> None:
+        """Items a callback yielded for this request's page (or failure), as documents."""
+        req = f.request
+        docs = [item_doc(self.crawl_id, url, f.fp or req.fp, {**req.meta, **i} if self.options.item_meta else i)
+                for i in items]
+        self.out["items"] += docs
+        self.out["item_tickets"] += [req.ticket] * len(docs)  # whose they are, should a hook fail one
 
     def fail(self, f: Fetched, reason: str, message: str, outcome: str = "failed") -> None:
         """The request ends here, recorded with its reason."""
@@ -229,9 +252,11 @@ class _Parse:
         if f.url != req.url:
             page["requested_url"] = redact(req.url)
         # for the store stage, should the page end there (a record only: no password needs to travel)
-        page["request"] = {**req.to_dict(), "url": redact(req.url), "referer": redact(req.referer)}
+        page["request"] = {**req.to_dict(), "url": redact(req.url), "referer": redact(req.referer),
+                           "body": None, "headers": {}, "cookies": {}}
+        page.update(revisit.page_fields(f, body))
         try:
-            kept = parse_page(self.rt, self.crawl_id, spider, f, body, page, self.out, self.follow)
+            kept = parse_page(self.rt, self.crawl_id, spider, f, body, page, self)
         except StopCrawl as exc:
             cancel(self.rt, self.crawl_id, str(exc))
             kept = True
@@ -262,40 +287,37 @@ def lost_message(lost: int) -> str:
 
 
 def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: bytes, page: dict[str, Any],
-               out: dict[str, Any], follow: list[Request]) -> bool:
-    """Fill a page document, collect items and follow-ups. False if a hook skipped the page."""
+               run: _Parse) -> bool:
+    """Fill a page document, collect items and follow-ups. False if a hook skipped the page.
+    HTML goes to the request's callback (else ``parse``); other types only when the spider asks
+    (``callbacks.wants``)."""
     options, req = rt.options(crawl_id), f.request
     url = f.url or req.url
-    if looks_like_sitemap(url, f.content_type, body):
+    if looks_like_sitemap(url, f.content_type, body) and not req.callback:
         kind, locs = parse_sitemap(body)
-        follow.extend(Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs)
+        run.follow.extend(Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs)
         page["sitemap"], page["outlinks"] = kind, len(locs)
         return True
-    if not is_html(f.content_type, body):
+    if not callbacks.wants(spider, req, f.content_type, body):
         return True
     try:
-        response = spider.after_response(Response(url, f.status or 200, body, req, f.content_type, crawl_id))
+        response = spider.after_response(Response(url, f.status or 200, body, req, f.content_type, crawl_id,
+                                                  f.headers))
     except StopCrawl:
         raise
     except Exception as exc:  # a hook's failure, told apart from parse's
         raise HookFailed("after_response", exc) from exc
     if response is None:
         return False
-    produced = list(spider.parse(response) or ())
+    follow, items = callbacks.resolve(callbacks.call(spider, response), req, url)
     page["_parsed"] = 1
-    page["title"] = response.title
-    page["outlinks"] = len(response.links)
-    if options.store_text or spider.store_text:
-        page["text"] = response.visible_text[:TEXT_CAP]
-    items = []
-    for thing in produced:
-        if isinstance(thing, Request):
-            follow.append(thing)
-        elif isinstance(thing, dict):
-            item = {**req.meta, **thing} if options.item_meta else thing
-            items.append(item_doc(crawl_id, url, f.fp or req.fp, item))
-    out["items"] += items
-    out["item_tickets"] += [req.ticket] * len(items)  # whose they are, should a hook fail one
+    if is_html(f.content_type, body):
+        page["title"] = response.title
+        page["outlinks"] = len(response.links)
+        if options.store_text or spider.store_text:
+            page["text"] = response.visible_text[:TEXT_CAP]
+    run.follow += follow
+    run.add_items(f, url, items)
     return True
 
 
@@ -326,6 +348,7 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     held = {Keys.body(crawl_id, ticket) for ticket in tickets}  # a stale delivery's keys are the refetch's
     rt.state.drop_bodies([key for key in parsed["body_keys"] if key in held])
     if finished:
+        close_chain(rt, crawl_id)
         logs.crawl_finished(crawl_id, {**rt.state.stats(crawl_id), "state": rt.state.state_of(crawl_id)})
     notify.observe(rt, crawl_id, finished)  # the crawl's webhook, if it has one: never waits, never raises
     return finished
@@ -335,7 +358,7 @@ def _part(parsed: dict[str, Any], leases: set[str], first: bool) -> dict[str, An
     """The pages, items, records and skips of the requests in ``leases`` (items of no known page
     go with the first part)."""
     pages = [p for p in parsed["pages"] if p["lease"] in leases]
-    tickets = {p["ticket"] for p in pages}
+    tickets = {p["ticket"] for p in pages} | {r["ticket"] for r in parsed["records"] if r["lease"] in leases}
     owners = parsed.get("item_tickets") or [""] * len(parsed["items"])
     items = [(i, t) for i, t in zip(parsed["items"], owners, strict=True) if t in tickets or (first and not t)]
     return {"pages": pages, "items": [i for i, _ in items], "item_tickets": [t for _, t in items],
@@ -356,6 +379,8 @@ def _store_part(rt: Runtime, crawl_id: str, batch: dict[str, Any], custody: Cust
             missing = Ending(reason="spider_not_found", message=spider_missing(rt, crawl_id, exc, len(batch["pages"])))
             ended = {p["ticket"]: ended.get(p["ticket"], missing) for p in batch["pages"]}
     pages, items = _before_store(rt, crawl_id, spider, batch, ended) if spider else ({}, [])
+    if spider is not None:
+        items = run_items(rt, crawl_id, spider, items)  # the item processors (crawltasks.itempipes)
     records = [dict(r) for r in batch["records"]]
     records += [_ended_record(crawl_id, p, ended[p["ticket"]]) for p in batch["pages"] if p["ticket"] in ended]
     outcomes = [(p["ticket"], "stored" if pages.get(p["ticket"]) is not None else "skipped", p["lease"])
@@ -371,6 +396,8 @@ def _store_part(rt: Runtime, crawl_id: str, batch: dict[str, Any], custody: Cust
         _after_store(rt, crawl_id, spider, docs, items)
     if options.visit_ttl:  # recorded before the pages count done: a finished crawl owes nothing more
         state.mark_visited(options.spider, [p["fp"] for p in docs], options.visit_ttl)
+        revisit.remember(rt, options, crawl_id, docs)
+        revisit.not_modified(rt, options, crawl_id, records)
     _, finished = state.finish(crawl_id, outcomes)
     for r in records:
         if r["outcome"] == "failed":

@@ -19,7 +19,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "connection_error": (FAILED, "the connection was refused, reset or closed before an answer; retried"),
     "dns_error": (FAILED, "the host name did not resolve; retried"),
     "incomplete_body": (FAILED, "the connection ended inside the body; retried"),
-    "bad_response": (FAILED, "not a valid final HTTP answer: garbage, bad headers or body framing, a 1xx or 304"),
+    "bad_response": (FAILED, "not a valid final HTTP answer: garbage, bad headers or body framing, a 1xx, "
+                             "a 304 to a request that was not conditional"),
     "bad_redirect": (FAILED, "a 3xx answer with no `Location` to follow"),
     "ssl_error": (FAILED, "TLS failed: a bad certificate, or no TLS handshake at all (a plain HTTP port)"),
     "decoding_error": (FAILED, "the body does not decode with its `Content-Encoding`"),
@@ -32,12 +33,14 @@ REASONS: dict[str, tuple[str, str]] = {
     "request_error": (FAILED, "requests refused to send the request (an error of its own, not the site's)"),
     "fetch_error": (FAILED, "any other error while fetching (a bug: the message says what)"),
     "body_expired": (FAILED, "the fetched body expired in Redis (`body_ttl`) before it was parsed"),
-    "spider_error": (FAILED, "the spider's `parse` raised"),
+    "spider_error": (FAILED, "the spider's `parse` or the request's callback raised (or names no method)"),
     "hook_error": (FAILED, "`before_request`, `after_response` or `before_store` raised"),
     "spider_not_found": (FAILED, "the worker cannot load the crawl's spider (module missing or broken)"),
     "worker_lost": (FAILED, "the request died with its worker process `max_worker_lost` times"),
     "robots_disallowed": (SKIPPED, "robots.txt disallows the URL"),
     "skipped_by_hook": (SKIPPED, "`before_request` or `after_response` returned None"),
+    "not_modified": (SKIPPED, "a re-crawl (`visit_ttl`) asked conditionally and got 304: the stored page stands, "
+                              "its `checked_at` moves"),
     "cancelled": (SILENT, "the crawl was cancelled (or ran past `max_run_time`) before the request ended"),
     "duplicate_redirect": (SILENT, "it redirected to a URL the crawl already has"),
 }

@@ -159,6 +159,15 @@ class Keys:
     def notified(crawl_id: str, event: str) -> str:  # string with a TTL: a notification of event was sent
         return f"{PREFIX}:{{{crawl_id}}}:notified:{event}"
 
+    # --- the spider API: item processors, sessions ---
+    @staticmethod
+    def item_keys(crawl_id: str) -> str:  # hash sha1(key fields) -> fp of the first item (items.Dedupe)
+        return f"{PREFIX}:{{{crawl_id}}}:itemkeys"
+
+    @staticmethod
+    def cookies(crawl_id: str) -> str:  # hash "domain path name" -> cookie JSON, and "v" -> version (sessions)
+        return f"{PREFIX}:{{{crawl_id}}}:cookies"
+
     # --- what expires when a crawl is finished (RedisState.retire) ---
     @staticmethod
     def summary(crawl_id: str) -> list[str]:  # kept SUMMARY_FACTOR times longer: `list` and `stats` show it
@@ -171,7 +180,7 @@ class Keys:
         return [Keys.seen(crawl_id), Keys.bloom(crawl_id), Keys.bloom_params(crawl_id), Keys.outcome(crawl_id),
                 Keys.hosts(crawl_id), Keys.host_counts(crawl_id), Keys.ready(crawl_id), Keys.frontier(crawl_id),
                 Keys.busy(crawl_id), Keys.host_next_at(crawl_id), Keys.host_limits(crawl_id), Keys.claims(crawl_id),
-                Keys.series(crawl_id), Keys.host_done(crawl_id)]
+                Keys.series(crawl_id), Keys.host_done(crawl_id), Keys.item_keys(crawl_id), Keys.cookies(crawl_id)]
 
     # --- workers ---
     workers = f"{PREFIX}:workers"  # zset worker process id -> last heartbeat (ms)
@@ -553,6 +562,13 @@ class RedisState:
         for crawl_id in crawl_ids:
             pipe.hget(Keys.meta(crawl_id), "state")
         return [v.decode() if v else "" for v in pipe.execute()] if crawl_ids else []
+
+    def finished_times(self, crawl_ids: Sequence[str]) -> list[float | None]:
+        """When each crawl finished (None: not finished), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for crawl_id in crawl_ids:
+            pipe.hget(Keys.meta(crawl_id), "finished_at")
+        return [float(v) if v else None for v in pipe.execute()] if crawl_ids else []
 
     def state_of(self, crawl_id: str) -> str:
         value = self.r.hget(Keys.meta(crawl_id), "state")

@@ -85,10 +85,11 @@ class Runtime:
         made (its constructor raised): the stages fail its requests ``spider_not_found``."""
         spider = self._spiders.get(crawl_id)
         if spider is None:
-            ref = self.options(crawl_id).spider
-            cls = resolve_spider(ref, self.settings.spider_modules)
+            opts = self.options(crawl_id)
+            ref = opts.spider
+            cls = resolve_spider(ref, self.settings.spider_modules, opts.spider_path)
             try:
-                spider = cls(crawl_id=crawl_id)
+                spider = cls(crawl_id=crawl_id, **opts.spider_args)
             except Exception as exc:  # noqa: BLE001 - user code
                 raise SpiderNotFound(f"cannot make spider {ref!r}: {type(exc).__name__}: {exc}") from None
             if len(self._spiders) > 256:

@@ -68,7 +68,9 @@ def default_retention() -> float:
 class CrawlOptions:
     """Everything that shapes one crawl; JSON-safe, stored with the crawl."""
 
-    spider: str = "site"  # a registered spider name or "module:Class"
+    spider: str = "site"  # a registered spider name, "module:Class" or "/abs/file.py:Class"
+    spider_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the spider's __init__
+    spider_path: str | None = None  # a directory workers import the spider's module from
     max_depth: int | None = None
     allowed_domains: list[str] | None = None  # None: the seeds' hosts
     max_retries: int = 3
@@ -84,6 +86,8 @@ class CrawlOptions:
     store_html: bool = False
     store_text: bool = False
     fingerprint_meta: list[str] = field(default_factory=list)
+    fingerprint_headers: list[str] = field(default_factory=list)  # request headers that join the fingerprint
+    handle_statuses: list[int] = field(default_factory=list)  # statuses >= 400 parsed as pages (the spider's)
     dedupe: str = "set"  # "set": exact (~90 B per URL); "bloom": ~1.2 B per URL at 1 % false positives
     bloom_capacity: int = 10_000_000  # URLs the Bloom filter is sized for
     bloom_error_rate: float = 0.01  # share of new URLs a full Bloom filter takes for seen
@@ -116,6 +120,11 @@ class CrawlOptions:
     proxy_provider: str | None = None  # callable(request) -> proxy URL or None
     cookie_provider: str | None = None  # callable(request) -> dict of cookies
     item_meta: bool = False  # merge each request's meta into the items found on its page
+    # item processors (crawltasks.items) after the spider's own: "module.Class" or {"class": ..., **arguments}
+    item_pipelines: list[Any] = field(default_factory=list)
+    item_fail_fast: bool = True  # a processor that raises (not DropItem) ends its item's chain: not stored
+    cookie_jar: bool = False  # sessions: Set-Cookie answers kept per crawl, sent back (spider `cookies = True`)
+    feed: bool = False  # seeds may be pushed while it runs (Crawl.add); finished only once closed
     sitemap_from_robots: bool = False  # seed the crawl with the sitemaps robots.txt lists
     # notifications (crawltasks.notify): a webhook URL gets a JSON summary when the crawl finishes, and an
     # alert when the share of failed requests over the last minute reaches notify_failure_rate
@@ -142,6 +151,9 @@ class CrawlOptions:
         _check(not self.notify or self.notify.startswith(("http://", "https://")),
                "notify must be an http:// or https:// URL")
         _check(0 < self.notify_failure_rate <= 1, "notify_failure_rate must be in (0, 1]")
+        _check(all(isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("class"), str))
+                   for p in self.item_pipelines),
+               'item_pipelines takes "module.Class" or {"class": "module.Class", ...} entries')
         for pattern in [*self.allow_patterns, *self.deny_patterns]:
             try:
                 re.compile(pattern)

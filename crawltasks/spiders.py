@@ -8,8 +8,11 @@ also be named by import path, ``package.module:ClassName``.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
+
+from requests.structures import CaseInsensitiveDict
 
 from .models import Request
 from .parse import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
@@ -43,16 +46,32 @@ class lazy:  # noqa: N801 - used like functools.cached_property
 
 
 class Response:
-    """A fetched HTML page as user code sees it. Everything derived is computed on first use."""
+    """A fetched page as user code sees it (HTML, or what the spider asks for: JSON, text, an error
+    page it handles). Everything derived is computed on first use."""
 
     def __init__(self, url: str, status: int, body: bytes, request: Request,
-                 content_type: str | None = None, crawl_id: str = "") -> None:
+                 content_type: str | None = None, crawl_id: str = "",
+                 headers: dict[str, str] | None = None) -> None:
         self.url = url
         self.status = status
         self.body = body
         self.request = request
         self.content_type = content_type
         self.crawl_id = crawl_id
+        self.headers: CaseInsensitiveDict[str] = CaseInsensitiveDict(headers or {})
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return json.loads(self.text)
+
+    def css(self, query: str) -> list[Any]:
+        """Elements of the lxml tree that match a CSS selector (``[]`` for no tree)."""
+        return [] if self.tree is None else self.tree.cssselect(query)
+
+    def xpath(self, query: str, **variables: Any) -> list[Any]:
+        """What an XPath expression gives on the lxml tree: elements, strings (``//a/@href``,
+        ``//h1/text()``) or a number."""
+        return [] if self.tree is None else self.tree.xpath(query, **variables)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -107,12 +126,14 @@ class Response:
         return join(self.base, href) or href
 
     def follow(self, url: str, *, priority: str | None = None, meta: dict[str, Any] | None = None,
-               dont_filter: bool = False) -> Request:
-        """A request for a link of this page: resolved, one level deeper, same priority by default."""
+               dont_filter: bool = False, **kwargs: Any) -> Request:
+        """A request for a link of this page: resolved, one level deeper, same priority by default.
+        Other keywords are the Request's: ``callback``, ``errback``, ``method``, ``data`` (a form
+        POST), ``json``, ``body``, ``headers``, ``cookies``."""
         absolute = url if url.startswith(("http://", "https://")) else self.urljoin(url)
-        return Request(url=absolute, depth=self.depth + 1,
+        return Request(url=absolute, depth=(self.depth or 0) + 1,
                        priority=priority or self.request.priority, meta=dict(meta or {}),
-                       dont_filter=dont_filter, referer=without_userinfo(self.url))
+                       dont_filter=dont_filter, referer=without_userinfo(self.url), **kwargs)
 
     def follow_all(self, urls: Iterable[str] | None = None, **kwargs: Any) -> Iterator[Request]:
         """``follow`` for each URL (default: every link of the page)."""
@@ -128,7 +149,11 @@ class Response:
 
 
 class Spider:
-    """Base class of crawl logic. The default ``parse`` follows every link of the page."""
+    """Base class of crawl logic. The default ``parse`` follows every link of the page.
+
+    HTML pages are parsed; other types only when listed in ``parse_types`` (e.g.
+    ``("application/json",)``) or when their request names a ``callback``. Statuses of 400 and above
+    listed in ``handle_statuses`` are parsed as pages too instead of failing the request."""
 
     name: ClassVar[str] = ""
     start_urls: ClassVar[list[str]] = []
@@ -137,6 +162,12 @@ class Spider:
     store_html: ClassVar[bool] = False
     store_text: ClassVar[bool] = False
     custom_options: ClassVar[dict[str, Any]] = {}  # crawl options this spider always uses
+    parse_types: ClassVar[tuple[str, ...]] = ()  # content types parsed beside HTML ("application/json")
+    handle_statuses: ClassVar[frozenset[int] | set[int] | tuple[int, ...]] = ()  # e.g. {404}: parsed, not failed
+    # item processors, first in the chain (crawltasks.items): "module.Class", {"class": ..., **args}, classes
+    # or instances; the crawl option item_pipelines adds more after them
+    item_pipelines: ClassVar[list[Any]] = []
+    cookies: ClassVar[bool] = False  # keep the cookies sites set, per crawl, and send them back (sessions)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -176,7 +207,9 @@ class Spider:
 
     @classmethod
     def ref(cls) -> str:
-        """How workers find this spider: its registered name, else its import path."""
+        """How workers find this spider: the file it was loaded from, its registered name, else its import path."""
+        if cls.__dict__.get("crawltasks_ref"):  # loaded from a file (spiderfiles): workers load it from there
+            return cls.__dict__["crawltasks_ref"]
         if cls.name and SPIDERS.get(cls.name) is cls:
             return cls.name
         return f"{cls.__module__}:{cls.__qualname__}"
@@ -188,16 +221,22 @@ class SiteSpider(Spider):
     name = "site"
 
 
-def resolve_spider(ref: str, modules: Iterable[str] = ()) -> type[Spider]:
-    """The spider class for a registered name or a ``module:Class`` path. Raises SpiderNotFound
-    whatever stops it, a module that fails to import included: a worker without the spider's code
-    fails the crawl's requests (``spider_not_found``), it does not crash on them."""
-    if ":" in ref:
-        module_name, _, attr = ref.partition(":")
+def resolve_spider(ref: str, modules: Iterable[str] = (), path: str | None = None) -> type[Spider]:
+    """The spider class for a registered name, a ``module:Class`` path (imported from ``path`` too, the
+    directory the crawl found it in) or a ``file.py[:Class]``. Raises SpiderNotFound whatever stops it,
+    a module that fails to import included: a worker without the spider's code fails the crawl's
+    requests (``spider_not_found``), it does not crash on them."""
+    from . import spiderfiles
+
+    if ":" in ref or ref.endswith(".py"):
+        module_name, _, attr = ref.rpartition(":") if ":" in ref else (ref, "", "")
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
+            if spiderfiles.is_file_ref(module_name):
+                obj: Any = spiderfiles.from_file(ref, Spider)
+            else:
+                obj = spiderfiles.import_from(module_name, path)
+                for part in attr.split("."):
+                    obj = getattr(obj, part)
         except Exception as exc:  # noqa: BLE001 - user code: whatever its import raises
             raise SpiderNotFound(f"cannot import spider {ref!r}: {type(exc).__name__}: {exc}") from None
         if not (isinstance(obj, type) and issubclass(obj, Spider)):

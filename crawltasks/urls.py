@@ -154,14 +154,22 @@ def check_seeds(urls: Iterable[str]) -> list[str]:
 
 
 def fingerprint(canonical_url: str, method: str = "GET", meta: dict[str, Any] | None = None,
-                meta_fields: Iterable[str] = ()) -> str:
-    """SHA-1 (hex) of method, canonical URL and the chosen metadata fields."""
-    if not meta_fields:
+                meta_fields: Iterable[str] = (), body: bytes = b"", headers: dict[str, str] | None = None,
+                header_fields: Iterable[str] = ()) -> str:
+    """SHA-1 (hex) of method, canonical URL, the body and the chosen metadata fields and headers:
+    two POSTs of different forms to one URL are two requests."""
+    if not meta_fields and not body and not header_fields:
         return _plain_fingerprint(method, canonical_url)
     key = f"{method.upper()} {canonical_url}"
     chosen = {name: meta[name] for name in meta_fields if meta and name in meta}
     if chosen:
         key += " " + json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=str)
+    if body:
+        key += " body:" + hashlib.sha1(body).hexdigest()
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    picked = {name.lower(): lowered[name.lower()] for name in header_fields if name.lower() in lowered}
+    if picked:
+        key += " headers:" + json.dumps(picked, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(key.encode("utf-8")).hexdigest()
 
 

@@ -115,3 +115,56 @@ class BrokenInitSpider(Spider):
 
     def __init__(self, crawl_id: str = "", **kwargs):
         raise RuntimeError("SPIDER_API_KEY is not set")
+
+
+class ProductSpider(Spider):
+    """Product pages yield items (sku, title, price as the page says); some invalid, some repeated.
+    Item processors: the validator from the class attribute, the dedupe filter from the crawl option."""
+
+    name = "test-products"
+    item_pipelines = [{"class": "crawltasks.items.Required", "fields": {"title": "str", "price": "float"}}]
+
+    def parse(self, response):
+        for row in response.soup.select("li.product"):
+            price = row.get("data-price")
+            yield {"sku": row.get("data-sku"), "title": row.get_text() or None,
+                   "price": float(price) if price and price[0].isdigit() else price}
+        yield from response.follow_all()
+
+
+class Explode:
+    """An item processor that fails on the items whose sku it is told, and tags the others."""
+
+    name = "explode"
+
+    def __init__(self, sku: str = "") -> None:
+        self.sku = sku
+
+    def process_item(self, item, spider):
+        if item.get("sku") == self.sku:
+            raise RuntimeError("processor broke")
+        return {**item, "checked": True}
+
+
+class SessionSpider(Spider):
+    """Logs in through its seed and follows every link: it keeps the cookies the site sets."""
+
+    name = "test-session"
+    cookies = True
+
+
+class EndlessSpider(Spider):
+    """An incremental crawl fed by an endless source: /n/0, /n/1, ... for ever (base from spider_args)."""
+
+    name = "test-endless"
+    base = ""
+    drawn = [0]  # how many seeds the generator handed out (the tests read it)
+
+    def start_requests(self):
+        from crawltasks.models import Request
+
+        i = 0
+        while True:
+            self.drawn[0] = i + 1
+            yield Request(url=f"{self.base}/n/{i}")
+            i += 1

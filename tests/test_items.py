@@ -1,0 +1,88 @@
+"""Item processors end to end: the validator and the Redis-backed dedupe filter on a real worker,
+counted per processor in the crawl's stats; a failing processor costs only its item."""
+
+from crawltasks import start_crawl
+from crawltasks.itempipes import load_processor
+from crawltasks.items import Dedupe, DropItem, Required
+
+from .sites import FAST, page, serve
+
+
+def products(*rows: tuple[str, str, str]) -> str:
+    return "".join(f'<li class="product" data-sku="{s}" data-price="{p}">{t}</li>' for s, t, p in rows)
+
+
+def shop_routes() -> dict:
+    return {
+        "/": page("shop", ["/2", "/3"], products(("a", "Apple", "1.5"), ("b", "Banana", "2"))),  # 2 valid
+        "/2": page("shop", [], products(("a", "Apple", "1.5"), ("c", "", "3"))),  # a again, c has no title
+        "/3": page("shop", [], products(("b", "Banana", "2"), ("d", "Date", "n/a"), ("e", "Elder", "4.25"))),
+    }
+
+
+def test_validator_and_dedupe_filter_counted_per_processor(worker, rt, crawl_id):
+    server = serve(shop_routes())
+    try:
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id,
+                            item_pipelines=[{"class": "crawltasks.items.Dedupe", "fields": ["sku"]}], **FAST)
+        assert crawl.wait(timeout=60), crawl.stats()
+    finally:
+        server.stop()
+    items = crawl.items()
+    assert sorted(i["sku"] for i in items) == ["a", "b", "e"]
+    assert all(isinstance(i["price"], float) and i["title"] for i in items)
+    stats = crawl.stats()
+    assert stats["items"] == 7
+    assert stats["items_dropped_required"] == 2  # c (no title) and d (price "n/a")
+    assert stats["items_dropped_dedupe"] == 2  # a and b, the second time
+    assert stats["items_dropped"] == 4 and stats.get("items_failed", 0) == 0
+    assert rt.state.r.hlen(f"ct:{{{crawl_id}}}:itemkeys") == 3
+
+
+def test_a_failing_processor_fails_its_item_and_the_crawl_goes_on(worker, rt, crawl_id):
+    server = serve(shop_routes())
+    try:
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id,
+                            item_pipelines=[{"class": "tests.spiders.Explode", "sku": "b"}], **FAST)
+        assert crawl.wait(timeout=60), crawl.stats()
+    finally:
+        server.stop()
+    items = crawl.items()
+    assert sorted(i["sku"] for i in items) == ["a", "a", "e"]  # the same item on two pages: two documents
+    assert all(i["checked"] for i in items)
+    stats = crawl.stats()
+    assert stats["items_failed_explode"] == 2 and stats["items_failed"] == 2
+    assert stats["stored"] == 3 and stats["failed"] == 0  # the pages are not the items' failures
+
+
+def test_fail_fast_off_lets_the_item_go_on(worker, rt, crawl_id):
+    server = serve(shop_routes())
+    try:
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id, item_fail_fast=False,
+                            item_pipelines=[{"class": "tests.spiders.Explode", "sku": "b"}], **FAST)
+        assert crawl.wait(timeout=60), crawl.stats()
+    finally:
+        server.stop()
+    assert sorted(i["sku"] for i in crawl.items()) == ["a", "a", "b", "b", "e"]
+    assert crawl.stats()["items_failed_explode"] == 2
+
+
+def test_required_rules():
+    check = Required(fields={"title": str, "price": float})
+    assert check.process_item({"title": "x", "price": 3}, None)["price"] == 3  # an int is a float in JSON
+    for bad in ({"price": 1.0}, {"title": "", "price": 1.0}, {"title": "x", "price": "1"},
+                {"title": "x", "price": True}):
+        try:
+            check.process_item(bad, None)
+        except DropItem:
+            continue
+        raise AssertionError(f"{bad} passed")
+    assert Required(["sku"]).process_item({"sku": 0}, None) == {"sku": 0}
+
+
+def test_specs_load_from_paths_dicts_classes_and_instances():
+    assert isinstance(load_processor({"class": "crawltasks.items:Dedupe", "fields": ["x"]}), Dedupe)
+    one = Required(["a"])
+    copied = load_processor(one)
+    assert isinstance(copied, Required) and copied is not one
+    assert isinstance(load_processor({"class": "crawltasks.items.Required", "fields": ["a"]}), Required)
