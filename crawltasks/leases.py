@@ -16,9 +16,11 @@ go back unmarked. The store's upsert and the once-only finish make a duplicate h
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from typing import Any
 
 from .liveness import dead_after
 from .runtime import Runtime, current
@@ -48,12 +50,25 @@ def stage_queues_empty() -> bool:
 
     try:
         with app.connection_for_read() as conn:
-            channel = conn.default_channel
-            return not any(channel.queue_declare(queue=name, passive=True).message_count
-                           for name in (celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE))
-    except Exception as exc:  # noqa: BLE001 - a queue not declared yet, a broker away: assume busy
+            return not any(_waiting(conn, name) for name in (celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE))
+    except Exception as exc:  # noqa: BLE001 - a broker away: assume busy, reclaim nothing on this ground
         log.debug("stage queues: %r", exc)
         return False
+
+
+def _waiting(conn: Any, queue: str) -> int:
+    """Messages waiting in ``queue``; a queue the broker does not know holds none (Redis keeps no key
+    for an empty one). A channel of its own: a refused declare closes it on AMQP."""
+    channel = conn.channel()
+    try:
+        return int(channel.queue_declare(queue=queue, passive=True).message_count)
+    except conn.channel_errors as exc:
+        if getattr(exc, "code", None) == 404 or "NOT_FOUND" in str(exc):
+            return 0
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            channel.close()
 
 
 def reclaim_crawl(rt: Runtime, crawl_id: str, live: set[str], stages_idle: bool = False) -> int:

@@ -60,3 +60,20 @@ def test_retry_failed_redrives_failures_through_the_pipeline(worker, rt, crawl_i
         assert crawl.retry_failed() == 0
     finally:
         server.stop()
+
+
+def test_the_stage_queues_read_empty_only_when_no_parse_or_store_message_waits(rt, settings):
+    """The reclaimer takes back a claim handed on between stages only when no stage message waits:
+    an empty queue (no key at all in a Redis broker) reads empty, a waiting message does not."""
+    import celeryconfig
+    from crawltasks.leases import stage_queues_empty
+
+    broker = redis.Redis.from_url(settings.broker_url)
+    try:
+        broker.delete(celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE)
+        assert stage_queues_empty()
+        broker.lpush(celeryconfig.STORE_QUEUE, b"{}")
+        assert not stage_queues_empty()
+    finally:
+        broker.delete(celeryconfig.STORE_QUEUE)
+        broker.close()
