@@ -14,6 +14,7 @@ import ipaddress
 import socket
 import sys
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 from celery import signals
 
@@ -51,6 +52,23 @@ def refusal(options: Any) -> str | None:
             "or listen on 127.0.0.1")
 
 
+def management_api(broker_url: str) -> str | None:
+    """RabbitMQ's management API for Flower's Broker tab (queue lengths): the broker's host on port
+    15672 with the broker's user, as the rabbitmq:3-management image serves it. None for Redis."""
+    parts = urlsplit(broker_url or "")
+    if parts.scheme not in ("amqp", "amqps", "pyamqp") or not parts.hostname:
+        return None
+    user, password = (quote(unquote(part or "guest"), safe="") for part in (parts.username, parts.password))
+    scheme = "https" if parts.scheme == "amqps" else "http"
+    return f"{scheme}://{user}:{password}@{parts.hostname}:15672/api/"
+
+
+def apply_broker_api(options: Any, broker_url: str) -> None:
+    """Give Flower the management API of a RabbitMQ broker unless --broker-api/FLOWER_BROKER_API did."""
+    if not getattr(options, "broker_api", None):
+        options.broker_api = management_api(broker_url)
+
+
 def _running_flower() -> bool:
     """True inside the ``celery ... flower`` command (the signal also fires in workers)."""
     try:
@@ -66,8 +84,9 @@ def _running_flower() -> bool:
 
 
 @signals.import_modules.connect
-def check_flower(**_: object) -> None:
-    """Stop a Flower about to listen on a non-loopback address without authentication."""
+def check_flower(sender: Any = None, **_: object) -> None:
+    """Stop a Flower about to listen on a non-loopback address without authentication; point its
+    Broker tab at RabbitMQ's management API."""
     if not _running_flower():
         return
     from tornado.options import options  # Flower's parsed options
@@ -76,3 +95,5 @@ def check_flower(**_: object) -> None:
     if reason:
         print(reason, file=sys.stderr, flush=True)
         raise SystemExit(1)
+    if sender is not None:
+        apply_broker_api(options, str(sender.conf.broker_url or ""))

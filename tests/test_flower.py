@@ -295,3 +295,19 @@ def test_refusal_rules():
         assert refusal(opts(address=address, basic_auth=["u:p"])) is None
         assert refusal(opts(address=address, auth=".*@example\\.com")) is None
     assert refusal(opts(address="0.0.0.0", unix_socket="/tmp/flower.sock")) is None
+
+
+def test_flower_gets_rabbitmqs_management_api_for_its_broker_tab():
+    from types import SimpleNamespace
+
+    from crawltasks.flowerguard import apply_broker_api, management_api
+
+    assert management_api("amqp://crawl:s3cr%40t@rabbitmq:5672//") == "http://crawl:s3cr%40t@rabbitmq:15672/api/"
+    assert management_api("amqp://rabbitmq//") == "http://guest:guest@rabbitmq:15672/api/"
+    assert management_api("redis://127.0.0.1:6379/0") is None
+    given = SimpleNamespace(broker_api="http://u:p@elsewhere:15672/api/")
+    apply_broker_api(given, "amqp://guest:guest@127.0.0.1:5672//")
+    assert given.broker_api == "http://u:p@elsewhere:15672/api/", "--broker-api wins"
+    unset = SimpleNamespace(broker_api=None)
+    apply_broker_api(unset, "amqp://guest:guest@127.0.0.1:5672//")
+    assert unset.broker_api == "http://guest:guest@127.0.0.1:15672/api/"
