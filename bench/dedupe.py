@@ -35,9 +35,9 @@ if __package__ in (None, ""):
 
 from bench.procs import PrivateRedis  # noqa: E402
 from crawltasks.bloom import BloomFilter  # noqa: E402
+from crawltasks.keys import Keys  # noqa: E402
 from crawltasks.models import Request  # noqa: E402
 from crawltasks.redisfrontier import RedisFrontier  # noqa: E402
-from crawltasks.redisstate import Keys  # noqa: E402
 from crawltasks.urls import fingerprint  # noqa: E402
 
 FILL_BATCH = 2000

@@ -35,7 +35,7 @@ from bench.procs import PrivateMongo, PrivateRedis  # noqa: E402
 from crawltasks import runtime  # noqa: E402
 from crawltasks.celeryapp import use_broker  # noqa: E402
 from crawltasks.crawl import start_crawl  # noqa: E402
-from crawltasks.redisstate import Keys  # noqa: E402
+from crawltasks.keys import Keys  # noqa: E402
 from crawltasks.settings import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

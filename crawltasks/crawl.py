@@ -186,7 +186,7 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     saved options: pages already stored are not fetched twice.
     """
     if rt is None:
-        from .runner import check_unconfigured
+        from .health import check_unconfigured
 
         rt = runtime.current()
         check_unconfigured(rt)  # nothing configured and nothing answering: say so now, not wait on it

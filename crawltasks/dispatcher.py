@@ -16,9 +16,9 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from .hostqueues import Entry
+from .keys import Keys
 from .models import PRIORITIES
 from .politeness import crawl_policy
-from .redisstate import Keys
 from .runtime import Runtime
 
 log = logging.getLogger("crawltasks")

@@ -1,6 +1,6 @@
 """The Lua scripts behind ``crawltasks.redisfrontier``: each is one atomic step of the per-host frontier.
 
-Key names come from ``redisstate.Keys``. A host's three queues (high, default, low) are named by the
+Key names come from ``crawltasks.keys``. A host's three queues (high, default, low) are named by the
 script from the prefix it is given plus ``<host>:<h|d|l>``: they share the crawl's hash tag, so every
 key a script touches is in the crawl's slot. A claim is a JSON array
 ``[owner, fetching (1/0), since_ms, host, priority code, queue entry, hot (1/0, absent: 0)]``.

@@ -13,7 +13,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .settings import ENV_BROKER, ENV_MONGO, ENV_REDIS, Settings
 
@@ -112,20 +112,20 @@ def check_services(settings: Settings) -> list[Problem]:
 # --- outages seen by workers, shared through Redis ------------------------------------------------
 def record_outage(client: redis.Redis, service: str) -> None:
     """A worker could not reach ``service`` (it retries by itself): note since when, once."""
-    from .redisstate import Keys
+    from .keys import Keys
 
     client.hsetnx(Keys.outages, service, time.time())
 
 
 def clear_outage(client: redis.Redis, service: str) -> None:
-    from .redisstate import Keys
+    from .keys import Keys
 
     client.hdel(Keys.outages, service)
 
 
 def outages(client: redis.Redis) -> dict[str, float]:
     """Services some worker cannot reach now -> since when (epoch seconds)."""
-    from .redisstate import Keys
+    from .keys import Keys
 
     return {k.decode(): float(v) for k, v in client.hgetall(Keys.outages).items()}
 
@@ -137,3 +137,26 @@ def stalled_line(down: dict[str, float]) -> str:
     parts = [f"{name} unreachable since {time.strftime('%H:%M:%S', time.localtime(since))}"
              for name, since in sorted(down.items(), key=lambda kv: kv[1])]
     return "stalled: " + ", ".join(parts)
+
+
+# --- start_crawl with nothing configured ------------------------------------------------------
+def require_services(settings: Settings) -> None:
+    """With no service configured, say at once that none answers, rather than wait on the defaults."""
+    problems = check_services(settings)
+    if problems:
+        down = ServiceDown(problems[0])
+        down.args = (f"{problems[0].line()}; no services are configured: crawltasks.run() or "
+                     "`crawltasks crawl` run embedded ones",)
+        raise down
+
+
+_checked: set[int] = set()  # runtimes whose default services answered once already
+
+
+def check_unconfigured(rt: Any) -> None:
+    """``start_crawl`` on a runtime nobody configured (no CRAWLTASKS_BROKER_URL, no ``configure``):
+    the defaults must answer, else one clear line at once."""
+    if rt.settings.broker_url or id(rt) in _checked:
+        return
+    require_services(rt.settings)
+    _checked.add(id(rt))

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .redisstate import Keys
+from .keys import Keys
 
 if TYPE_CHECKING:
     from .crawl import Crawl

@@ -16,7 +16,7 @@ import threading
 
 import redis
 
-from .redisstate import Keys
+from .keys import Keys
 
 log = logging.getLogger("crawltasks")
 

@@ -1,7 +1,7 @@
 """The Lua scripts behind ``crawltasks.redisstate``: each is one atomic state transition.
 
 Kept apart from the Python that calls them so each side stays readable; key names are built in
-``redisstate.Keys`` and passed in as KEYS.
+``crawltasks.keys`` and passed in as KEYS.
 """
 
 # KEYS: outcome, stats, meta, claims, series, host done. ARGV: the series' width, ring and life sizes

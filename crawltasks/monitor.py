@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import runtime
-from .redisstate import Keys
+from .keys import Keys
 from .runtime import Runtime
 from .store import FAILURES
 from .urls import host_key, redact

@@ -15,8 +15,8 @@ import redis
 from . import frontierlua
 from .bloom import BloomFilter
 from .hostqueues import NEW, PRIORITY_CODES, PRIORITY_NAMES, Caps, HostPolicy, Sizes, Taken, encode
+from .keys import Keys
 from .models import Request
-from .redisstate import Keys
 from .urls import host_key
 
 HOSTS_PER_TAKE = 512  # ready hosts one take looks at

@@ -16,8 +16,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from .keys import Keys
 from .models import Fetched, Request
-from .redisstate import Keys
 from .runtime import Runtime
 from .settings import CrawlOptions
 from .store import PAGES, doc_id

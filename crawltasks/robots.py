@@ -15,8 +15,9 @@ from protego import Protego
 
 from . import logs
 from .fetch import fetch_one
+from .keys import Keys
 from .models import Request
-from .redisstate import Keys, RedisState
+from .redisstate import RedisState
 from .settings import CrawlOptions
 from .urls import host_key
 

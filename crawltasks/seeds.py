@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from . import logs
 from .frontier import schedule
+from .keys import Keys
 from .models import Request
-from .redisstate import Keys
 from .runtime import Runtime
 
 CHUNK = 256  # seeds taken from a generator at a time

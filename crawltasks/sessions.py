@@ -22,7 +22,7 @@ import redis
 import requests
 from requests.cookies import extract_cookies_to_jar, get_cookie_header
 
-from .redisstate import Keys
+from .keys import Keys
 
 VERSION = "v"  # the jar's field that counts its changes
 ATTRS = ("version", "name", "value", "port", "port_specified", "domain", "domain_specified", "domain_initial_dot",

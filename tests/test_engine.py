@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from crawltasks.engine import FetchEngine
+from crawltasks.keys import Keys
 from crawltasks.models import Fetched, Request
-from crawltasks.redisstate import Keys
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, host_key
 

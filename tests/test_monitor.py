@@ -13,6 +13,7 @@ import uuid
 from rich.console import Console
 
 from crawltasks import logs, start_crawl
+from crawltasks.keys import Keys
 from crawltasks.monitor import (
     CrawlProgress,
     RateMeter,
@@ -26,7 +27,6 @@ from crawltasks.monitor import (
     snapshot,
     watch,
 )
-from crawltasks.redisstate import Keys
 from crawltasks.urls import host_key
 
 from .sites import FAST, html, page, serve

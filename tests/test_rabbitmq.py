@@ -16,8 +16,8 @@ from kombu import Connection, pools
 import celeryconfig
 from crawltasks import start_crawl
 from crawltasks.celeryapp import app, use_broker
+from crawltasks.keys import Keys
 from crawltasks.localworkers import InProcessWorker
-from crawltasks.redisstate import Keys
 from crawltasks.settings import Settings
 
 from .sites import FAST, expected_basic_paths

@@ -11,9 +11,10 @@ import pytest
 
 from crawltasks import start_crawl
 from crawltasks.hostqueues import HostPolicy
+from crawltasks.keys import Keys
 from crawltasks.models import Request
 from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import SUMMARY_FACTOR, Keys, RedisState
+from crawltasks.redisstate import SUMMARY_FACTOR, RedisState
 from crawltasks.settings import ENV_RETENTION, CrawlOptions
 
 from .sites import FAST, page, serve

@@ -10,9 +10,10 @@ import pytest
 
 from crawltasks import series
 from crawltasks.hostqueues import HostPolicy
+from crawltasks.keys import Keys
 from crawltasks.models import Request
 from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import Keys, RedisState
+from crawltasks.redisstate import RedisState
 
 
 @pytest.fixture

@@ -1,0 +1,5 @@
+"""``python -m crawltasks.cli``: the console script."""
+
+from . import entry
+
+entry()
