@@ -62,18 +62,20 @@ def test_retry_failed_redrives_failures_through_the_pipeline(worker, rt, crawl_i
         server.stop()
 
 
-def test_the_stage_queues_read_empty_only_when_no_parse_or_store_message_waits(rt, settings):
-    """The reclaimer takes back a claim handed on between stages only when no stage message waits:
-    an empty queue (no key at all in a Redis broker) reads empty, a waiting message does not."""
-    import celeryconfig
-    from crawltasks.leases import stage_queues_empty
+def test_a_queue_reads_empty_only_when_no_message_waits(rt, settings, crawl_id):
+    """The reclaimer takes back a claim handed on between stages only when no stage message waits
+    (``stage_queues_empty``): a queue with no key at all in a Redis broker reads empty, one with a
+    message does not. A queue of this test's own: a worker may be consuming the real ones."""
+    from crawltasks.celeryapp import app
+    from crawltasks.leases import _waiting
 
+    queue = f"test.{crawl_id}"
     broker = redis.Redis.from_url(settings.broker_url)
     try:
-        broker.delete(celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE)
-        assert stage_queues_empty()
-        broker.lpush(celeryconfig.STORE_QUEUE, b"{}")
-        assert not stage_queues_empty()
+        with app.connection_for_read() as conn:
+            assert _waiting(conn, queue) == 0
+            broker.lpush(queue, b"{}")
+            assert _waiting(conn, queue) == 1
     finally:
-        broker.delete(celeryconfig.STORE_QUEUE)
+        broker.delete(queue)
         broker.close()
