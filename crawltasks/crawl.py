@@ -13,7 +13,7 @@ from typing import Any
 from . import logs, runtime
 from .frontier import schedule
 from .guard import private_seed_hosts
-from .health import outages, stalled_line
+from .health import StateLost, outages, stalled_line
 from .models import Request
 from .robots import Robots, origin_of
 from .runtime import Runtime
@@ -26,6 +26,8 @@ from .urls import check_seeds, host_of, restore_userinfo
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
 INTERRUPTED = "interrupted"  # a crawl nobody works on: its command or every worker is gone
+LOST = "lost"  # its state in Redis is gone or contradicts itself (a Redis restarted without its data)
+
 
 
 class Crawl:
@@ -73,6 +75,9 @@ class Crawl:
             shown = self.stats() if progress is not None else {}
             if progress is not None:
                 progress(shown)
+            state = shown.get("state") if shown else self.rt.state.state_of(self.id)
+            if state in (LOST, "unknown", ""):  # its registry is gone: nothing can finish it any more
+                raise StateLost(self.id)
             if self.finished:
                 if progress is not None and "finished_at" not in shown:  # it finished just after: show the end
                     progress(self.stats())

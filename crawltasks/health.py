@@ -43,6 +43,15 @@ class ServiceDown(RuntimeError):
         self.problem = problem
 
 
+class StateLost(RuntimeError):
+    """The crawl's state in Redis was lost: its counters cannot say whether it finished."""
+
+    def __init__(self, crawl_id: str) -> None:
+        super().__init__(f"the state of crawl {crawl_id} in Redis was lost (a Redis restarted without its data?): "
+                         f"it cannot be called finished; continue it with 'crawltasks crawl --crawl-id {crawl_id}' "
+                         "(stored pages are written again in place, none twice)")
+
+
 def outage_limit() -> float:
     """Seconds a waiting command rides out an unreachable service before it gives up
     (CRAWLTASKS_OUTAGE_LIMIT, default 300); the workers keep retrying on their own."""

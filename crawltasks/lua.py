@@ -77,6 +77,12 @@ if done > 0 then record(KEYS[5], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(
 local pending
 if done > 0 then pending = redis.call('HINCRBY', KEYS[2], 'pending', 0 - done)
 else pending = tonumber(redis.call('HGET', KEYS[2], 'pending') or '0') end
+-- the crawl's registry is gone (a Redis that lost its data) or its counters contradict each other:
+-- never call that finished; the crawl's state says it was lost
+if redis.call('HEXISTS', KEYS[3], 'started_at') == 0 or pending < 0 then
+  redis.call('HSET', KEYS[3], 'state', 'lost')
+  return {done, 0}
+end
 -- a crawl whose seeds keep coming (meta "open": crawltasks.seeds) finishes only once closed or cancelled
 if pending <= 0 and (redis.call('HEXISTS', KEYS[3], 'open') == 0
                      or redis.call('HGET', KEYS[3], 'state') == 'cancelling') then

@@ -100,3 +100,40 @@ def test_the_waiting_command_rides_out_a_redis_restart(settings, tmp_path, crawl
         server.stop()
         own.stop()
         use_broker(settings.broker_url)
+
+
+class VolatileRedis(OwnRedis):
+    """A redis-server that keeps nothing across a restart (no AOF, no snapshot)."""
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "no", "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_for(self.ping, timeout=10), "redis-server did not start"
+
+
+def test_a_redis_that_lost_its_data_never_makes_a_crawl_finished(settings, tmp_path, crawl_id):
+    """Redis restarted empty mid-crawl: the counters that are left contradict themselves, and the
+    waiting command says the state was lost (exit 4) instead of reporting a finished crawl."""
+    own = VolatileRedis(tmp_path)
+    own.start()
+    local = replace(settings, broker_url=own.url, redis_url=own.url)
+    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < 299 else [], 0.03) for i in range(300)})
+    worker = WorkerProcess(local, "volatile", concurrency=4, log_path=tmp_path / "w.log")
+    cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", server.url("/p/0"), "--crawl-id", crawl_id,
+           "--no-worker", "--host-delay", "0", "--host-concurrency", "2", "--batch-size", "4", "--quiet"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")} | local.to_env()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(lambda: len(server.hits) >= 20, timeout=60)
+        own.stop()
+        own.start()  # empty: the crawl's registry, counters, frontier and broker are gone
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 4, (out, err)
+        assert f"the state of crawl {crawl_id} in Redis was lost" in err and "finished" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        worker.kill()
+        server.stop()
+        own.stop()

@@ -2,7 +2,8 @@
 
 With ``CRAWLTASKS_BROKER_URL`` unset, everything runs embedded under a data directory; otherwise
 the configured Redis, Mongo and broker are used and external workers can share the work.
-Exit status: 0 done, 1 an error, 2 a command-line mistake, 3 a service unreachable, 130 interrupted.
+Exit status: 0 done, 1 an error, 2 a command-line mistake, 3 a service unreachable, 4 state lost,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 from ..cliopts import OptionError
 from ..feeds import FeedError
-from ..health import ServiceDown
+from ..health import ServiceDown, StateLost
 from .commands import (
     cmd_add,
     cmd_control,
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceDown as exc:
         print(f"crawltasks: error: {exc}", file=sys.stderr)
         return 3
+    except StateLost as exc:
+        print(f"crawltasks: error: {exc}", file=sys.stderr)
+        return 4
     except (UsageError, OptionError, FeedError) as exc:
         from ..urls import redact
 
