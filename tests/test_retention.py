@@ -175,14 +175,16 @@ def test_retention_option_defaults_from_the_environment(monkeypatch):
 def test_a_crawl_through_the_pipeline_leaves_only_expiring_keys(worker, rt, crawl_id):
     server = serve({"/": page("Home", ["/1", "/2"]), "/1": page("1", ["/2"]), "/2": page("2")})
     try:
-        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, retention=RETENTION, visit_ttl=30, **FAST)
+        # a retention long enough that no key expires while the test reads them (a 2 s one did, on a busy machine)
+        crawl = start_crawl(server.url("/"), crawl_id=crawl_id, retention=30.0, visit_ttl=30, **FAST)
         assert crawl.wait(timeout=30) and crawl.stats()["stored"] == 3
         ttls = crawl_keys(rt.state, crawl_id)
-        assert ttls and all(0 < ttl <= RETENTION * SUMMARY_FACTOR * 1000 for ttl in ttls.values()), ttls
+        assert ttls and all(0 < ttl <= 30.0 * SUMMARY_FACTOR * 1000 for ttl in ttls.values()), ttls
         assert 0 < rt.state.r.pttl(Keys.visited("site")) <= 30_000
         again = start_crawl(crawl_id=crawl_id, rt=rt)  # continued by id: reopened, then finished at once
         assert again.wait(timeout=30)
-        assert all(ttl > 0 for ttl in crawl_keys(rt.state, crawl_id).values())
+        ttls = crawl_keys(rt.state, crawl_id)
+        assert ttls and all(ttl > 0 for ttl in ttls.values()), ttls
     finally:
         rt.state.r.delete(Keys.visited("site"))
         rt.state.delete_crawl(crawl_id)
