@@ -18,15 +18,21 @@ def services(args: argparse.Namespace, wait: bool = True) -> Any:
     return open_services(args.data_dir, wait=wait, attach=args.command != "crawl")
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
+def existing_crawl(crawl_id: str):
+    """The handle of a crawl the services know, or a one-line usage error."""
     from ..crawl import Crawl
 
+    crawl = Crawl(crawl_id)
+    if not crawl.exists:
+        raise UsageError(f"no crawl named {crawl_id!r}")
+    return crawl
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
     if args.watch and args.json:
         raise UsageError("--watch and --json do not go together")
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         if args.watch:
             from ..monitor import watch
 
@@ -42,12 +48,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         from ..feeds import check_output, export
 
         check_output(args.output)
@@ -60,12 +62,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         state = crawl.stats()["state"]
         if state in ("running", "paused"):
             raise UsageError(f"crawl {args.crawl_id} is {state}: cancel it first ('crawltasks cancel {args.crawl_id}')")
@@ -104,12 +102,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_failures(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         failures = crawl.failures(args.reason)
     for f in failures:
         print(f"{f['reason']:<20} {str(f.get('status') or '-'):>4} attempts={f['attempts']} {f['url']}  {f['message']}")
@@ -144,12 +138,8 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         changed = getattr(crawl, args.command)()
         state = crawl.stats()["state"]
     print(f"{args.crawl_id}: {state}" + ("" if changed else f" (unchanged: cannot {args.command} a {state} crawl)"))
@@ -157,12 +147,8 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     with services(args):
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         new = crawl.add(args.urls)
     print(f"{args.crawl_id}: {new} new of {len(args.urls)} URL(s)")
     return 0

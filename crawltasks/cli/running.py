@@ -15,7 +15,7 @@ from typing import Any
 
 from ..services import quiet_private_broker
 from ..settings import ENV_BROKER, ENV_REDIS, Settings
-from .commands import services
+from .commands import existing_crawl, services
 from .parser import UsageError
 
 SUMMARY_FIELDS = ("scheduled", "stored", "failed", "skipped", "duplicates", "filtered", "retried", "pending")
@@ -63,14 +63,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_failed(args: argparse.Namespace) -> int:
-    from ..crawl import Crawl
-
     check_worker_flags(args)
 
     def begin():
-        crawl = Crawl(args.crawl_id)
-        if not crawl.exists:
-            raise UsageError(f"no crawl named {args.crawl_id!r}")
+        crawl = existing_crawl(args.crawl_id)
         out = sys.stderr if args.output == "-" else sys.stdout
         print(f"sending {crawl.retry_failed(args.reason)} failed request(s) again", file=out)
         return crawl
