@@ -1,4 +1,5 @@
-"""Fixture web sites served by a real HTTP server on 127.0.0.1 (port 0), with a log of every request."""
+"""Fixture web sites served by a real HTTP server on 127.0.0.1 (or a given address; port 0), with a log of
+every request."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ class Hit:
     started: float
     ended: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    client: str = ""  # the peer's address: which machine asked (tests with hosts of their own)
+    method: str = "GET"
+    body: bytes = b""  # what a POST sent
 
 
 class SiteServer:
     """A threaded HTTP server whose pages are Python callables; records each request with times."""
 
-    def __init__(self, routes: dict[str, Route] | None = None) -> None:
+    def __init__(self, routes: dict[str, Route] | None = None, host: str = "127.0.0.1") -> None:
         self.routes: dict[str, Route] = dict(routes or {})
         self.hits: list[Hit] = []
         self.counts: dict[str, int] = {}
@@ -38,7 +42,9 @@ class SiteServer:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:  # noqa: N802
-                hit = Hit(self.path, time.monotonic(), headers={k.lower(): v for k, v in self.headers.items()})
+                sent = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if self.command == "POST" else b""
+                hit = Hit(self.path, time.monotonic(), headers={k.lower(): v for k, v in self.headers.items()},
+                          client=self.client_address[0], method=self.command, body=sent)
                 with owner._lock:
                     owner.hits.append(hit)
                     owner.counts[self.path] = owner.counts.get(self.path, 0) + 1
@@ -51,16 +57,19 @@ class SiteServer:
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != "HEAD":
+                    self.wfile.write(body)
                 hit.ended = time.monotonic()
+
+            do_HEAD = do_POST = do_GET  # routes see hit.method (and a POST's hit.body) in server.current
 
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://{host}:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def url(self, path: str) -> str:
@@ -146,9 +155,9 @@ def expected_basic_paths() -> set[str]:
     return {"/", *(f"/p/{i}" for i in range(30)), "/target", "/flaky", "/doc.pdf", "/q?a=1&b=2"}
 
 
-def serve(routes: dict[str, Route]) -> SiteServer:
-    """Start a server; a route body may contain '{port}', filled with the server's port."""
-    server = SiteServer()
+def serve(routes: dict[str, Route], host: str = "127.0.0.1") -> SiteServer:
+    """Start a server on host; a route body may contain '{port}', filled with the server's port."""
+    server = SiteServer(host=host)
     for path, route in routes.items():
         server.routes[path] = _fill_port(route, server.port)
     return server.start()
