@@ -44,9 +44,7 @@ def stage_queues_empty() -> bool:
     """True when no parse or store message waits in the broker. Then a request handed on between
     two stages long ago has lost its message (taken off the queue by a worker that died before the
     broker recorded it as unacknowledged), rather than waiting its turn behind others."""
-    import celeryconfig
-
-    from .celeryapp import app
+    from .celeryapp import app, celeryconfig
 
     try:
         with app.connection_for_read() as conn:

@@ -16,10 +16,8 @@ import pymongo.errors
 import redis.exceptions
 from celery import chain, signals
 
-import celeryconfig
-
 from . import pipeline, runtime
-from .celeryapp import app
+from .celeryapp import app, celeryconfig
 from .health import clear_outage, record_outage
 from .hostqueues import Entry, decode
 from .models import Fetched
