@@ -7,7 +7,6 @@ also be named by import path, ``package.module:ClassName``.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
@@ -222,10 +221,11 @@ class SiteSpider(Spider):
 
 
 def resolve_spider(ref: str, modules: Iterable[str] = (), path: str | None = None) -> type[Spider]:
-    """The spider class for a registered name, a ``module:Class`` path (imported from ``path`` too, the
-    directory the crawl found it in) or a ``file.py[:Class]``. Raises SpiderNotFound whatever stops it,
-    a module that fails to import included: a worker without the spider's code fails the crawl's
-    requests (``spider_not_found``), it does not crash on them."""
+    """The spider class for a registered name, a ``module:Class`` path or a ``file.py[:Class]``.
+    Modules are imported from ``path`` too: the directory the crawl found its spider in, or the
+    command's own (a console script puts its own directory on ``sys.path``, not the current one).
+    Raises SpiderNotFound whatever stops it, a module that fails to import included: a worker without
+    the spider's code fails the crawl's requests (``spider_not_found``), it does not crash on them."""
     from . import spiderfiles
 
     if ":" in ref or ref.endswith(".py"):
@@ -246,7 +246,7 @@ def resolve_spider(ref: str, modules: Iterable[str] = (), path: str | None = Non
     if ref not in SPIDERS:
         for module in modules:
             try:
-                importlib.import_module(module)
+                spiderfiles.import_from(module, path)
             except Exception as exc:  # noqa: BLE001 - another module may still have it
                 broken.append(f"{module}: {type(exc).__name__}: {exc}")
     try:
