@@ -21,18 +21,17 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
 
 import redis
 
-from . import logs, sessions
+from . import sessions
 from .fetch import fetch_one
-from .frontier import backoff, bloom_of
 from .liveness import BEAT_EVERY, dead_after
 from .models import PRIORITIES, Fetched, Request
+from .outbox import Outbox, ResultSender, now_iso
 from .politeness import HostGate, host_policy
 from .robots import DENY, Robots, origin_of
 from .runtime import Runtime
@@ -45,12 +44,8 @@ GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them ba
 START_SLACK = 0.02  # a request that starts later than this after its slot was granted tells the gate
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
-FLUSH_AFTER = 0.1  # seconds a finished request waits for others of its crawl before they go to parse
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
 RENEW_EVERY = BEAT_EVERY  # seconds between claiming the requests in hand again (the reclaimer's check)
-
-# send_results(crawl_id, results): one parse -> store chain for fetched requests (tasks.send_results)
-ResultSender = Callable[[str, list[Fetched]], None]
 
 
 @dataclass
@@ -63,24 +58,9 @@ class Job:
     robots: str | None = None
 
 
-@dataclass
-class CrawlBox:
-    """What the engine holds for one crawl: results to hand on and claims whose fetch is over."""
-
-    results: list[Fetched] = field(default_factory=list)
-    bodies: dict[str, bytes] = field(default_factory=dict)
-    since: float = 0.0
-    fetched_leases: list[str] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-
 def _rank(job: Job) -> int:
     """0 for a robots.txt download or a high-priority request, 1 default, 2 low."""
     return 0 if job.robots is not None else PRIORITIES.index(job.request.priority)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions, robots: Robots,
@@ -109,7 +89,7 @@ class FetchEngine:
         self.ask_at: dict[tuple[str, str], float] = {}  # when a busy host's gate may be asked again
         self.blocked: dict[tuple[str, str], list[Job]] = defaultdict(list)  # (crawl, origin) -> jobs
         self.look_at: dict[tuple[str, str], float] = {}  # robots.txt fetched elsewhere: look again then
-        self.boxes: dict[str, CrawlBox] = {}
+        self.outbox = Outbox(rt, send_results)
         self.gates: dict[str, HostGate] = {}
         self.robots: dict[str, Robots] = {}
         self.done_slots: list[tuple[str, str]] = []
@@ -159,15 +139,15 @@ class FetchEngine:
             elif kind == "stop":
                 self._stopping.set()
         now = time.monotonic()
-        self._mark_fetched()
+        self.outbox.mark_fetched()
         if now >= self.renew_at:
             self.renew_at = now + RENEW_EVERY
             self._renew()
-        self._flush(now, everything=self._stopping.is_set())
+        self.outbox.flush(now, everything=self._stopping.is_set())
         if self._stopping.is_set():
             self._give_back_waiting()
             if self.running == 0:
-                self._flush(now, everything=True)
+                self.outbox.flush(now, everything=True)
                 return True
         return False
 
@@ -175,7 +155,7 @@ class FetchEngine:
         """How long the control thread may sleep: until a host may be asked again, a result waits
         too long, or another worker's robots.txt should be looked for."""
         times = [self.renew_at, *self.look_at.values()]
-        times += [box.since + FLUSH_AFTER for box in self.boxes.values() if box.results]
+        times += self.outbox.due()
         if self.running < self.capacity:  # with every thread busy, only an answer can start something
             times += [self.ask_at.get(key, now) for key, jobs in self.waiting.items() if jobs]
         return max(0.0, min(times) - now) if times else 0.5
@@ -224,20 +204,10 @@ class FetchEngine:
             gate = self.gates[crawl_id] = HostGate(self.rt.state, options, crawl_delay, crawl_id)
         return gate
 
-    def _box(self, crawl_id: str) -> CrawlBox:
-        box = self.boxes.get(crawl_id)
-        if box is None:
-            box = self.boxes[crawl_id] = CrawlBox()
-        if not box.results:
-            box.since = time.monotonic()
-        return box
-
     # --- admitting, robots.txt ------------------------------------------------------------------------
     def _on_admit(self, crawl_id: str, requests: list[Request], finished: list[Fetched]) -> None:
-        box = self._box(crawl_id)
         for result in finished:
-            box.results.append(result)
-            box.fetched_leases.append(result.request.lease)
+            self.outbox.add(crawl_id, result)
         robots = self._robots(crawl_id) if self._options(crawl_id).obey_robots else None
         for req in requests:
             job = Job(crawl_id, req, host_key(req.url))
@@ -291,11 +261,8 @@ class FetchEngine:
         if verdict != DENY:
             self._wait_for_slot(job)
             return
-        box = self._box(job.crawl_id)
-        box.results.append(Fetched(request=job.request, error="robots_disallowed",
-                                   message=f"robots.txt disallows {job.request.url}", fetched_at=_now()))
-        box.fetched_leases.append(job.request.lease)
-        box.counts["skipped_robots"] += 1
+        self.outbox.refuse(job.crawl_id, job.request, reason="robots_disallowed",
+                           message=f"robots.txt disallows {job.request.url}", count="skipped_robots")
 
     def _wait_for_slot(self, job: Job) -> None:
         self._queue(job.crawl_id, job.host).append(job)
@@ -431,53 +398,9 @@ class FetchEngine:
             return
         if isinstance(outcome, BaseException):
             outcome = (Fetched(request=job.request, error="fetch_error", message=repr(outcome)[:500],
-                               fetched_at=_now()), None)
+                               fetched_at=now_iso()), None)
         result, body = outcome
         hold = self._gate(job.crawl_id).feedback(job.host, result)
         if hold > 0:
             self.rt.frontier.hold(job.crawl_id, job.host, hold)
-        self._sort(job, result, body)
-
-    def _sort(self, job: Job, result: Fetched, body: bytes | None) -> None:
-        """A fetched request: on to parse, or back to the frontier to be tried again later."""
-        options, req, box = self._options(job.crawl_id), job.request, self._box(job.crawl_id)
-        if result.ok:
-            box.counts["fetched"] += 1
-            state = self.rt.state
-            if result.fp != req.fp and not state.claim_seen(job.crawl_id, result.fp,
-                                                            bloom_of(state, job.crawl_id, options)):
-                result.error, result.message = "duplicate_redirect", f"redirected to {result.url}, already seen"
-            elif body is not None:
-                box.bodies[req.ticket] = body
-        elif result.transient and req.attempt < options.max_retries:
-            countdown = backoff(req.attempt, options, result.retry_after)
-            logs.request_retry(job.crawl_id, req.url, result.error, req.attempt + 1, countdown)
-            box.counts["retried"] += 1
-            retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
-            self.rt.frontier.give_back(job.crawl_id, [retry], countdown)
-            return
-        box.results.append(result)
-        box.fetched_leases.append(req.lease)
-
-    def _mark_fetched(self) -> None:
-        """The frontier learns at once which fetches are over: their hosts may be given more work."""
-        for crawl_id, box in self.boxes.items():
-            if box.fetched_leases:
-                self.rt.frontier.fetched(crawl_id, box.fetched_leases)
-                box.fetched_leases = []
-
-    def _flush(self, now: float, everything: bool = False) -> None:
-        """Results that waited long enough, or make a batch, go to parse (bodies parked in Redis)."""
-        for crawl_id, box in list(self.boxes.items()):
-            if not box.results and not box.counts:
-                continue
-            options = self._options(crawl_id)
-            if not everything and len(box.results) < options.batch_size and now - box.since < FLUSH_AFTER:
-                continue
-            keys = self.rt.state.park_bodies(crawl_id, box.bodies, options.body_ttl)
-            for result in box.results:
-                result.body_key = keys.get(result.request.ticket) if result.ok else None
-            self.rt.state.incr(crawl_id, **box.counts)
-            if box.results:
-                self.send_results(crawl_id, box.results)
-            self.boxes[crawl_id] = CrawlBox()
+        self.outbox.sort(job.crawl_id, job.request, result, body)
