@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.dispatcher import EARLY, dispatch_round
-from crawltasks.hostqueues import MemoryFrontier, decode
+from crawltasks.hostqueues import decode
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, fingerprint

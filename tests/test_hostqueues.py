@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
+from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.hostqueues import (
     DUPLICATE,
     NEW,
     OVER_MAX_PAGES,
     Caps,
     HostPolicy,
-    MemoryFrontier,
     decode,
     encode,
 )

@@ -1,0 +1,1 @@
+"""Implementations of the ports (``crawltasks.ports``): the shared ones, and ``memory``, their twins."""

@@ -1,0 +1,1 @@
+"""In-memory twins of the ports, for tests of the policies in milliseconds, without services."""
