@@ -113,7 +113,7 @@ def crawltasks_flags(workers: int, concurrency: int, politeness_only: bool = Fal
 
 def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: list[str], timeout: float,
                    profile: Path | None = None, politeness_only: bool = False) -> Row:
-    """``crawltasks crawl`` embedded (private Redis + SecantusDB + in-process worker) in a fresh data dir."""
+    """``crawltasks crawl`` embedded (private Redis + SecantusDB + forked workers) in a fresh data dir."""
     data = work / "crawltasks-data"
     shutil.rmtree(data, ignore_errors=True)
     out = work / "crawltasks.jsonl"
@@ -267,7 +267,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2,
                    help="crawltasks --workers (worker processes beside the command; default 2)")
     p.add_argument("--concurrency", type=int, default=1,
-                   help="crawltasks --concurrency (tasks at once in the worker inside the command)")
+                   help="crawltasks --concurrency (tasks at once in each worker process)")
     p.add_argument("--politeness-only", action="store_true",
                    help="crawltasks gets only --host-delay 0 --host-concurrency 256 (its defaults otherwise)")
     p.add_argument("--crawltasks-arg", action="append", default=[], metavar="ARG",

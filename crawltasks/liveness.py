@@ -47,6 +47,9 @@ for _, w in ipairs(live) do total = total + tonumber(redis.call('HGET', KEYS[2],
 return {live, total}
 """
 
+# KEYS: a lock. ARGV: its holder. Deleted only if that one still holds it.
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
 
 def dead_after() -> float:
     """Seconds of silence after which a worker counts as dead (CRAWLTASKS_DEAD_AFTER, default 10)."""
@@ -118,6 +121,19 @@ class Fleet:
     def read(self) -> tuple[set[str], int]:
         ids, total = self._live(keys=[Keys.workers, Keys.capacity], args=[int(dead_after() * 1000)])
         return {i.decode() for i in ids}, int(total)
+
+    def forget_process(self, pid: int) -> list[str]:
+        """The worker process ``pid`` of this machine is known to be dead (its supervisor reaped it):
+        it leaves the table, so that its claims and host slots are free at the reclaimer's next round
+        and the dispatcher's lock, if it held it, at once. Returns the ids it had."""
+        prefix = f"{socket.gethostname()}:{pid}:"
+        gone = [w for w in (m.decode() for m in self.r.zrange(Keys.workers, 0, -1)) if w.startswith(prefix)]
+        if gone:
+            self.r.zrem(Keys.workers, *gone)
+            self.r.hdel(Keys.capacity, *gone)
+            for worker in gone:
+                self.r.eval(_RELEASE, 1, Keys.dispatcher, worker)
+        return gone
 
     def forget_all(self) -> None:
         """Every worker in the table is known to be dead (a private Redis whose command died): their

@@ -1,8 +1,11 @@
 """``crawltasks.run``: a whole crawl from a plain script, blocking, with nothing running beforehand.
 
-It uses what ``crawltasks crawl`` uses: the services the environment names, or else the embedded ones
-(a private Redis and store under the data directory) and a Celery worker inside this process. What the
-crawl produced is read before the services stop, so the result outlives them.
+It uses the services ``crawltasks crawl`` uses: the ones the environment names, or else the embedded
+ones (a private Redis and store under the data directory). Unlike the command, it runs its Celery
+worker in a thread of this process, not in forked processes: it runs inside the caller's program,
+which may have threads of its own, and a fork copies only the calling thread (a lock another thread
+held stays held in the copy). What the crawl produced is read before the services stop, so the result
+outlives them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ def run(seeds: Any = None, *, data_dir: str | None = None, timeout: float | None
         concurrency: int = 8, **options: Any) -> CrawlResult:
     """Run a crawl to its end in this process and return what it found. ``seeds`` and ``options`` are
     those of ``start_crawl`` (URLs, Requests or a Spider subclass; CrawlOptions fields). ``timeout``:
-    seconds after which the crawl is cancelled (None: no limit)."""
+    seconds after which the crawl is cancelled (None: no limit).
+
+    The worker runs in this process: a spider that kills its process (``os._exit``, a crashing
+    parser, the OOM killer) kills the caller too. Run such spiders with ``crawltasks crawl``, whose
+    workers are processes of their own, restarted when they die."""
     from .celeryapp import app, use_broker
     from .localworkers import InProcessWorker
 

@@ -4,11 +4,16 @@ worker subprocesses, the machine's Redis, SecantusDB, a fixture site on 127.0.0.
 The crawl must finish: the poison page ends ``worker_lost`` after ``max_worker_lost`` deaths, every
 other page is stored, whether the whole worker dies (a thread pool; a supervisor loop here restarts
 it, as systemd or Kubernetes would) or only a prefork child (Celery delivers its message again at
-once). And ``cancel`` ends a poison loop that ``max_worker_lost`` would let run on.
+once). And ``cancel`` ends a poison loop that ``max_worker_lost`` would let run on. In embedded
+mode, ``crawltasks crawl`` itself survives it: its workers are forked processes, restarted by the
+zygote when they die, and the zygote gives up on a crash loop.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,8 +22,10 @@ import pytest
 
 from crawltasks import start_crawl
 from crawltasks.settings import Settings
+from crawltasks.zygote import MAX_FAILED_STARTS, Zygote
 
 from .sites import FAST, page, serve
+from .test_cli import run_cli
 from .workers import WorkerProcess
 
 FETCH_AND_STORE = "crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.store"
@@ -158,3 +165,68 @@ def test_cancel_ends_a_poison_loop(rt, supervisor, poison_site, crawl_id, tmp_pa
     finally:
         rt.state.delete_crawl(crawl_id)
         rt.storage.delete_crawl(crawl_id)
+
+
+POISON_SPIDER = """
+import os
+
+from crawltasks import Spider
+
+
+class Poison(Spider):
+    name = "poison-file"
+
+    def parse(self, response):
+        if response.url.endswith("/poison"):
+            with open({deaths!r}, "a") as log:
+                log.write(f"{{os.getpid()}}\\n")
+            os._exit(1)
+        yield from response.follow_all()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_the_crawl_command_outlives_a_poison_page(poison_site, tmp_path, workers):
+    """The user's own command, embedded: the page kills the worker that parses it, the zygote forks a
+    replacement each time, and the command finishes as usual with the page ended ``worker_lost``."""
+    spider = tmp_path / "poison_spider.py"
+    spider.write_text(POISON_SPIDER.format(deaths=str(tmp_path / "deaths")))
+    out = tmp_path / "pages.jsonl"
+    proc = run_cli(["crawl", poison_site.url("/"), "--spider", str(spider), "--crawl-id", "poisoned",
+                    "--workers", workers, "--host-delay", "0", "--host-concurrency", "8", "--output", str(out),
+                    "--quiet"], tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "crawl poisoned finished" in proc.stdout, proc.stdout + proc.stderr
+    assert deaths(tmp_path) >= 3
+    assert re.search(r"local worker \d \(pid \d+\) died \(exit code 1\) .*; restarted it \(pid \d+\)", proc.stderr), \
+        proc.stderr
+
+    stored = sorted(urlsplit(json.loads(line)["url"]).path for line in out.read_text().splitlines())
+    assert stored == sorted(["/", *PAGES]), "a page of the poison page's batches was lost with it"
+    failures = run_cli(["failures", "poisoned"], tmp_path)
+    lines = failures.stdout.splitlines()
+    assert lines[-1] == "1 failure(s)" and lines[0].startswith("worker_lost"), failures.stdout + failures.stderr
+    assert f"{poison_site.url('/poison')}  its worker died 3 times" in lines[0], failures.stdout
+    stats = json.loads(run_cli(["stats", "poisoned", "--json"], tmp_path).stdout)
+    assert (stats["state"], stats["stored"], stats["failed"], stats["pending"]) == ("finished", 13, 1, 0)
+
+
+def test_the_zygote_gives_up_on_workers_that_die_before_they_are_ready():
+    """A crash loop (workers that cannot start) is restarted a few times with a back-off, then left
+    dead, saying why; the zygote then exits 1 so that the command stops instead of waiting for ever."""
+    started: list[int] = []
+    said: list[str] = []
+
+    def start(index: int, generation: int, predecessor: int | None) -> int:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(3)
+        started.append(pid)
+        return pid
+
+    assert Zygote(2, start, said.append).run() == 1
+    assert len(started) == 2 + MAX_FAILED_STARTS - 1
+    assert sum("restarted it" in line for line in said) == MAX_FAILED_STARTS - 1
+    assert any("none is restarted any more" in line for line in said), said
+    assert said[-1] == "no local worker process is left"

@@ -60,10 +60,10 @@ def build_parser() -> Parser:
     c.add_argument("--output", "-o", help="write stored pages (and items, with a type field) to FILE: .jsonl, "
                                           ".json or .csv by its extension; '-' is JSON Lines on stdout")
     c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="local worker processes: 1 runs a worker inside this command; N > 1 adds N worker "
-                        "processes beside it (default: one per core)")
+                   help="local worker processes, forked from this command and restarted when one dies "
+                        "(default: one per core)")
     c.add_argument("--concurrency", type=positive_int,
-                   help="tasks at once in the worker inside this command (default 8, or 1 beside --workers > 1)")
+                   help="tasks at once in each local worker process (default 1; more: a thread pool)")
     c.add_argument("--host-concurrency", type=positive_int, help="requests at once per host (default 2)")
     c.add_argument("--host-delay", type=non_negative_float, help="seconds between requests per host (0.5)")
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")

@@ -10,13 +10,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..services import quiet_private_broker
 from ..settings import ENV_BROKER, ENV_REDIS, Settings
 from .commands import existing_crawl, services
 from .parser import UsageError
+
+if TYPE_CHECKING:
+    from ..localworkers import ChildWorkers
 
 SUMMARY_FIELDS = ("scheduled", "stored", "failed", "skipped", "duplicates", "filtered", "retried", "pending")
 
@@ -82,7 +86,7 @@ def check_worker_flags(args: argparse.Namespace) -> None:
 
 
 def run_to_completion(args: argparse.Namespace, begin) -> int:
-    """Start the services and (unless --no-worker) a local worker, run begin(), wait, summarize, export."""
+    """Start the services and (unless --no-worker) the local workers, run begin(), wait, summarize, export."""
     with services(args, wait=False) as (settings, embedded):
         from ..celeryapp import app, use_broker
 
@@ -92,12 +96,12 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
         use_broker(settings.broker_url)
         if embedded:
             quiet_private_broker(app)
-        worker = children = stopping = crawl = dashboard = None
+        children = stopping = crawl = dashboard = None
         try:
             if embedded:
                 note_abandoned(args)
             if not args.no_worker:
-                worker, children = start_local_workers(args, app, settings, bool(embedded))
+                children = start_local_workers(args, app, settings, bool(embedded))
             if embedded:  # it booted while this process imported Celery and started the workers
                 embedded.wait_ready()
             crawl = begin()
@@ -108,12 +112,13 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
                 from ..web.server import for_crawl
 
                 dashboard = for_crawl(crawl.rt, crawl.id, args.web_port)
+            from ..localworkers import WorkersGone
             from ..monitor import CrawlProgress
 
             try:
                 with CrawlProgress(quiet=args.quiet) as progress:
-                    wait_through_outages(crawl, progress, settings)
-            except KeyboardInterrupt:
+                    wait_through_outages(crawl, watching(progress, children), settings)
+            except (KeyboardInterrupt, WorkersGone):
                 interrupted(args, crawl, bool(embedded))
                 raise
             from ..notify import settle
@@ -122,8 +127,9 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             # Finished: the workers wind down while the results are written. A private broker holds
             # nothing more of this crawl, so its worker processes can go at once (tasks of another,
             # interrupted crawl in the same data directory come back later: acks are late, requests leased).
-            stopping = threading.Thread(target=stop_workers, args=(worker, children, bool(embedded)),
-                                        name="stop-workers")
+            if children is not None:
+                children.check()  # a death reported after the last look
+            stopping = threading.Thread(target=stop_workers, args=(children, bool(embedded)), name="stop-workers")
             stopping.start()
             from ..summary import finish
 
@@ -134,7 +140,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             if dashboard is not None:
                 dashboard.stop()
             if stopping is None:  # interrupted, or failed to start: a warm stop, nothing is dropped
-                stop_workers(worker, children)
+                stop_workers(children)
             else:
                 stopping.join()
     return 0
@@ -196,31 +202,34 @@ def note_abandoned(args: argparse.Namespace) -> None:
                   f"{resume_command(args, crawl_id)}", file=sys.stderr)
 
 
-def start_local_workers(args: argparse.Namespace, app, settings: Settings, embedded: bool):
-    """The worker inside this command, and with ``--workers N`` N worker processes beside it."""
+def start_local_workers(args: argparse.Namespace, app: Any, settings: Settings, embedded: bool) -> ChildWorkers:
+    """``--workers N`` worker processes beside this command, forked (while this process has no
+    thread or connection to copy) through a zygote that replaces one that dies. The command runs no
+    task itself: a page that kills its process kills a worker, and the crawl goes on."""
     from ..embedded import data_dir
-    from ..localworkers import ChildWorkers, InProcessWorker
+    from ..localworkers import ChildWorkers
 
-    children = None
-    if args.workers > 1:  # forked first, while this process has no thread or connection to copy
-        log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
-        children = ChildWorkers(app, settings, args.workers, log_dir)
-    concurrency = args.concurrency or (8 if args.workers <= 1 else 1)
-    worker = InProcessWorker(app, concurrency=max(1, concurrency), loglevel="INFO" if args.verbose else "WARNING")
-    try:
-        worker.start()
-    except BaseException:
-        if children is not None:
-            children.stop()
-        raise
-    return worker, children
+    log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
+    return ChildWorkers(app, settings, args.workers, log_dir, concurrency=args.concurrency or 1,
+                        loglevel="INFO" if args.verbose else "WARNING")
 
 
-def stop_workers(worker, children, finished: bool = False) -> None:
-    """Stop the local workers together: the child processes are told first, then waited for."""
+def watching(progress: Callable[[dict[str, Any]], None],
+             children: ChildWorkers | None) -> Callable[[dict[str, Any]], None]:
+    """The progress callback, which also says when a local worker died (and was restarted), and
+    stops the wait when none is left."""
+    if children is None:
+        return progress
+
+    def shown(stats: dict[str, Any]) -> None:
+        progress(stats)
+        children.check()
+
+    return shown
+
+
+def stop_workers(children: ChildWorkers | None, finished: bool = False) -> None:
+    """Stop the local workers (a warm stop; killed at once when ``finished``) and wait for them."""
     if children is not None:
         children.signal_stop(kill=finished)
-    if worker is not None:
-        worker.stop()
-    if children is not None:
         children.wait()
