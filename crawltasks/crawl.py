@@ -15,6 +15,7 @@ from .frontier import schedule
 from .guard import private_seed_hosts
 from .health import StateLost, outages, stalled_line
 from .models import Request
+from .recovery import LOST, rebuild_if_lost, save_record, saved_seeds
 from .robots import Robots, origin_of
 from .runtime import Runtime
 from .seeds import Feeder, first_chunk, hold, release
@@ -26,7 +27,7 @@ from .urls import check_seeds, host_of, restore_userinfo
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
 INTERRUPTED = "interrupted"  # a crawl nobody works on: its command or every worker is gone
-LOST = "lost"  # its state in Redis is gone or contradicts itself (a Redis restarted without its data)
+# LOST (crawltasks.recovery): its state in Redis is gone or contradicts itself (a Redis restarted empty)
 
 
 
@@ -53,6 +54,8 @@ class Crawl:
         """Counters plus state, start and finish times."""
         meta = self.rt.state.crawl_meta(self.id)
         out: dict[str, Any] = {"crawl_id": self.id, "state": meta.get("state", "unknown")}
+        if not meta and "finished_at" not in (self.rt.storage.crawl_record(self.id) or {"finished_at": 0}):
+            out["state"] = LOST  # Redis forgot a crawl MongoDB knows, and it never finished there
         if out["state"] == "running" and not self.rt.fleet().read()[0]:
             out["state"] = INTERRUPTED  # nothing works on it: no worker is alive
         stalled = stalled_line(outages(self.rt.state.r)) if out["state"] == "running" else ""
@@ -79,6 +82,7 @@ class Crawl:
             if state in (LOST, "unknown", ""):  # its registry is gone: nothing can finish it any more
                 raise StateLost(self.id)
             if self.finished:
+                self.rt.storage.crawl_ended(self.id, self.rt.state.state_of(self.id))
                 if progress is not None and "finished_at" not in shown:  # it finished just after: show the end
                     progress(self.stats())
                 return True
@@ -202,7 +206,7 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     spider_cls: type[Spider] = spider or SiteSpider
     given = [seeds] if isinstance(seeds, str | Request) else list(seeds or [])
     if not given and crawl_id:  # continuing a crawl by its id alone: its own seeds (they are seen already)
-        given = json.loads(rt.state.crawl_meta(crawl_id).get("seeds") or "[]")
+        given = saved_seeds(rt, crawl_id)
     requests = [s if isinstance(s, Request) else Request(url=s) for s in given]
     rest = None  # the seeds of a long start_requests() after its first chunk: fed as the crawl needs them
     if not requests:
@@ -215,10 +219,12 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     if not requests and not opts.allowed_domains:
         raise ValueError("a feed crawl without seeds needs allowed_domains: pushed seeds are scoped like links")
     state = rt.state
+    rebuild_if_lost(rt, crawl_id, opts.to_dict(), [r.url for r in requests])
     created = state.create_crawl(crawl_id, opts.to_dict(), [r.url for r in requests])
     if not created:
         opts = rt.options(crawl_id)  # continuing: the saved options win
         state.reopen(crawl_id)
+    save_record(rt, crawl_id, opts.to_dict(), [r.url for r in requests] if created else saved_seeds(rt, crawl_id))
     logs.crawl_started(crawl_id, [r.url for r in requests], opts.to_dict(), continued=not created)
     if opts.sitemap_from_robots:
         robots = Robots(state, opts)

@@ -15,7 +15,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ports import Storage
 
 FORMATS = (".jsonl", ".json", ".csv")
 STDOUT = "-"
@@ -119,7 +122,7 @@ def write_feed(path: str, sources: list[tuple[str, Source]], tag: bool) -> dict[
     return counts
 
 
-def export(storage: Any, crawl_id: str, output: str | None, items: str | None = None) -> tuple[int, int]:
+def export(storage: Storage, crawl_id: str, output: str | None, items: str | None = None) -> tuple[int, int]:
     """A crawl's pages to ``output`` and its items to ``items``; with no ``items`` path, both to
     ``output`` with a ``type`` field. Returns (pages, items) written."""
     pages: Source = lambda: storage.pages(crawl_id)  # noqa: E731 - two sources, one line each

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .bloom import BloomFilter
 from .hostqueues import DUPLICATE, NEW, Caps
+from .keys import Keys
 from .models import Request
 from .politeness import host_policy
 from .redisfrontier import RedisFrontier
@@ -28,6 +29,8 @@ from .urls import (
     in_domains,
     raw_fingerprint,
 )
+
+GENERATION = "generation"  # meta field: when the crawl was rebuilt after its Redis state was lost (recovery)
 
 
 @dataclass
@@ -82,8 +85,16 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
 def schedule(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
              options: CrawlOptions) -> int:
     """Filter, dedupe atomically and queue new requests in the frontier; returns how many were new."""
-    if state.state_of(crawl_id) in ("cancelling", "cancelled"):
-        return 0
+    return len(schedule_new(state, frontier, crawl_id, requests, options))
+
+
+def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
+                 options: CrawlOptions) -> list[Request]:
+    """``schedule``, returning the requests that were new (the parse stage keeps them with their page)."""
+    status, generation = (v.decode() if v else "" for v in state.r.hmget(Keys.meta(crawl_id), "state", GENERATION))
+    if status in ("cancelling", "cancelled"):
+        return []
+    known = f"{crawl_id}@{generation}"  # a crawl rebuilt after its Redis state was lost has a new seen-set
     plan = plan_requests(requests, options)
     reqs = plan.accepted
     if options.visit_ttl and reqs:
@@ -92,20 +103,26 @@ def schedule(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
     if options.dedupe == "set" and reqs:  # most links are known: drop them before serialising
-        reqs = drop_known(state, crawl_id, reqs)
+        reqs = drop_known(state, crawl_id, reqs, known)
     for r in reqs:  # the ticket names this scheduling of the URL in the counters
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
+    return enqueue(state, frontier, crawl_id, reqs, options, known)
+
+
+def enqueue(state: RedisState, frontier: RedisFrontier, crawl_id: str, reqs: list[Request], options: CrawlOptions,
+            known: str = "") -> list[Request]:
+    """Dedupe atomically and queue requests already in scope, with their tickets; returns the new ones."""
     verdicts = frontier.add(crawl_id, reqs, Caps(options.max_pages, options.max_pages_per_host),
                             bloom=bloom_of(state, crawl_id, options))
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
-    if options.dedupe == "set":
-        KNOWN.add(crawl_id, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
+    if options.dedupe == "set" and known:
+        KNOWN.add(known, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
     if options.host_rules and fresh:
         for host in {host_key(r.url) for r in fresh}:
             policy = host_policy(host, options)
             if policy is not None:
                 frontier.set_limits(crawl_id, host, policy)
-    return len(fresh)
+    return fresh
 
 
 class KnownSeen:
@@ -135,15 +152,17 @@ class KnownSeen:
 KNOWN = KnownSeen()
 
 
-def drop_known(state: RedisState, crawl_id: str, reqs: list[Request]) -> list[Request]:
+def drop_known(state: RedisState, crawl_id: str, reqs: list[Request], key: str = "") -> list[Request]:
     """Requests without the ones whose fingerprint is already seen (counted as duplicates):
-    first against what this process knows, then the rest in one SMISMEMBER."""
-    known = KNOWN.of(crawl_id)
+    first against what this process knows (under ``key``: the crawl and its generation), then the
+    rest in one SMISMEMBER."""
+    key = key or crawl_id
+    known = KNOWN.of(key)
     unknown = [r for r in reqs if r.dont_filter or r.fp not in known]
     dups = len(reqs) - len(unknown)
     if len(unknown) > 1:  # one new link alone is settled by the schedule script itself
         seen = state.seen_already(crawl_id, [r.fp for r in unknown])
-        KNOWN.add(crawl_id, [r.fp for r, s in zip(unknown, seen, strict=True) if s])
+        KNOWN.add(key, [r.fp for r, s in zip(unknown, seen, strict=True) if s])
         kept = [r for r, s in zip(unknown, seen, strict=True) if not s or r.dont_filter]
         dups += len(unknown) - len(kept)
         unknown = kept

@@ -46,10 +46,12 @@ class ServiceDown(RuntimeError):
 class StateLost(RuntimeError):
     """The crawl's state in Redis was lost: its counters cannot say whether it finished."""
 
-    def __init__(self, crawl_id: str) -> None:
+    def __init__(self, crawl_id: str, command: str = "") -> None:
+        self.crawl_id = crawl_id
+        command = command or f"crawltasks crawl --crawl-id {crawl_id}"
         super().__init__(f"the state of crawl {crawl_id} in Redis was lost (a Redis restarted without its data?): "
-                         f"it cannot be called finished; continue it with 'crawltasks crawl --crawl-id {crawl_id}' "
-                         "(stored pages are written again in place, none twice)")
+                         f"it cannot be called finished; continue it with '{command}' "
+                         "(it is rebuilt from MongoDB: pages already stored are not fetched again)")
 
 
 def outage_limit() -> float:

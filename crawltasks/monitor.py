@@ -27,12 +27,11 @@ from rich.text import Text
 from . import runtime
 from .keys import Keys
 from .runtime import Runtime
-from .store import FAILURES
 from .urls import host_key, redact
 
 RATE_WINDOW = 10.0  # seconds of samples behind the "recent" pages/s
 MAX_HOSTS = 12  # rows of the per-host table; the busiest first
-STATE_STYLE = {"running": "bold yellow", "finished": "bold green", "unknown": "dim"}
+STATE_STYLE = {"running": "bold yellow", "finished": "bold green", "unknown": "dim", "lost": "bold red"}
 
 
 @dataclass
@@ -140,9 +139,7 @@ def human_seconds(seconds: float | None) -> str:
 # --- reading ---------------------------------------------------------------------------------------
 def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
     """Final failures by reason, most frequent first (one aggregation in Mongo)."""
-    pipeline = [{"$match": {"crawl_id": crawl_id}}, {"$group": {"_id": "$reason", "n": {"$sum": 1}}}]
-    rows = rt.storage.db[FAILURES].aggregate(pipeline)
-    counts = {str(r["_id"]): int(r["n"]) for r in rows}
+    counts = rt.storage.failure_counts(crawl_id)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -303,8 +300,10 @@ def watch(crawl_id: str, interval: float = 1.0, console: Console | None = None, 
 
 
 def list_rows(rt: Runtime | None = None) -> list[dict[str, Any]]:
-    """Every crawl known to Redis with its state and main counters, oldest first."""
+    """Every crawl known to Redis with its state and main counters, oldest first; then the crawls
+    whose Redis state was lost (MongoDB knows them: ``lost``), so that their id can be found."""
     from .crawl import Crawl
+    from .recovery import lost_crawls
 
     rt = rt or runtime.current()
     rows = []
@@ -313,7 +312,7 @@ def list_rows(rt: Runtime | None = None) -> list[dict[str, Any]]:
         rows.append({k: stats.get(k) for k in ("crawl_id", "state", "started_at", "finished_at", "elapsed",
                                                 "scheduled", "stored", "failed", "pending", "stalled")}
                     | {"pages_per_s": round(average_rate(stats), 2)})
-    return rows
+    return rows + lost_crawls(rt, {r["crawl_id"] for r in rows})
 
 
 def render_list(rows: list[dict[str, Any]]) -> RenderableType:
@@ -327,9 +326,14 @@ def render_list(rows: list[dict[str, Any]]) -> RenderableType:
     for r in rows:
         state = str(r.get("state")) + (f" ({r['stalled']})" if r.get("stalled") else "")
         table.add_row(r["crawl_id"], Text(state, STATE_STYLE.get(state, "")), _when(r.get("started_at")),
-                      human_seconds(r.get("elapsed")), str(r.get("stored", 0)), str(r.get("failed", 0)),
-                      str(r.get("pending", 0)), f"{r.get('pages_per_s', 0):.1f}")
+                      human_seconds(r.get("elapsed")), _count(r.get("stored")), _count(r.get("failed")),
+                      _count(r.get("pending")), f"{r.get('pages_per_s', 0):.1f}")
     return table
+
+
+def _count(value: int | None) -> str:
+    """A counter of ``list``; "-" where it is not known (a crawl whose counters Redis lost)."""
+    return "-" if value is None else str(value)
 
 
 def plain_list(rows: list[dict[str, Any]]) -> str:
@@ -338,8 +342,8 @@ def plain_list(rows: list[dict[str, Any]]) -> str:
              f"{'PENDING':>8} {'PAGES/S':>8}"]
     for r in rows:
         lines.append(f"{r['crawl_id']:<32} {r.get('state')!s:<11} {_when(r.get('started_at')):<19} "
-                     f"{human_seconds(r.get('elapsed')):>8} {r.get('stored', 0):>8} {r.get('failed', 0):>7} "
-                     f"{r.get('pending', 0):>8} {r.get('pages_per_s', 0):>8.1f}"
+                     f"{human_seconds(r.get('elapsed')):>8} {_count(r.get('stored')):>8} {_count(r.get('failed')):>7} "
+                     f"{_count(r.get('pending')):>8} {r.get('pages_per_s', 0):>8.1f}"
                      + (f"  {r['stalled']}" if r.get("stalled") else ""))
     return "\n".join(lines)
 

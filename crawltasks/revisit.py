@@ -20,7 +20,6 @@ from .keys import Keys
 from .models import Fetched, Request
 from .runtime import Runtime
 from .settings import CrawlOptions
-from .store import PAGES, doc_id
 
 KEEP_AT_LEAST = 30 * 24 * 3600  # seconds the validators outlive their last write (and 10 x visit_ttl)
 
@@ -78,9 +77,8 @@ def not_modified(rt: Runtime, options: CrawlOptions, crawl_id: str, records: lis
     if not fps:
         return
     now = datetime.now(UTC).isoformat(timespec="milliseconds")
-    for fp, raw in zip(fps, rt.state.r.hmget(validators_key(options.spider), fps), strict=True):
-        if raw is not None:
-            earlier = json.loads(raw)[0]
-            rt.storage.db[PAGES].update_one({"_id": doc_id(earlier, fp)}, {"$set": {"checked_at": now}})
+    rows = rt.state.r.hmget(validators_key(options.spider), fps)
+    stored = [(json.loads(raw)[0], fp) for fp, raw in zip(fps, rows, strict=True) if raw is not None]
+    rt.storage.touch_pages(stored, now)  # each page where it was stored: the crawl that stored it
     rt.state.mark_visited(options.spider, fps, options.visit_ttl)
     rt.state.incr(crawl_id, not_modified=len(fps))

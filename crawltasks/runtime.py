@@ -80,6 +80,11 @@ class Runtime:
             self._options[crawl_id] = opts
         return opts
 
+    def forget_options(self, crawl_id: str) -> CrawlOptions:
+        """The crawl's options read again (its Redis state was rebuilt: ``crawltasks.recovery``)."""
+        self._options.pop(crawl_id, None)
+        return self.options(crawl_id)
+
     def spider(self, crawl_id: str) -> Spider:
         """The crawl's spider, made once per process. SpiderNotFound when it cannot be imported or
         made (its constructor raised): the stages fail its requests ``spider_not_found``."""
@@ -104,7 +109,7 @@ class Runtime:
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._storage is not None:
-            self._storage.client.close()
+            self._storage.close()
         if self._state is not None:
             self._state.r.close()
 

@@ -18,14 +18,19 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pymongo
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, ExecutionTimeout
 
+if TYPE_CHECKING:
+    from .ports import Storage
+
 PAGES, ITEMS, FAILURES = "pages", "items", "failures"
+CRAWLS = "crawls"  # one record per crawl: what a rerun needs once Redis forgot it (crawltasks.recovery)
+INTERNAL = ("discovered", "request_fp")  # fields kept for a rebuild (crawltasks.recovery), never read back
 DUPLICATE_KEY = 11000
 EXPORT_BATCH = 2000  # documents per round trip when reading a crawl back
 LATEST_MAX_MS = 2000  # the most a look for the latest documents may take on the server
@@ -70,6 +75,10 @@ class MongoStorage:
         client = pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000, connectTimeoutMS=5_000,
                                      retryWrites=True, tz_aware=True, **durable_writes(url))
         return cls(client, db_name, **kwargs)
+
+    def close(self) -> None:
+        """Close the client's connections (and its monitor threads)."""
+        self.client.close()
 
     def ensure_indexes(self) -> None:
         """The failures' index by reason; safe to call again. Pages and items need none but ``_id``."""
@@ -151,9 +160,7 @@ class MongoStorage:
             docs = list(cursor)
         except ExecutionTimeout:
             return []
-        for doc in docs:
-            doc.pop("_id", None)
-        return docs
+        return [_public(doc) for doc in docs]
 
     def failure_samples(self, crawl_id: str, reasons: list[str], per_reason: int = 3) -> dict[str, list[str]]:
         """A few failed URLs of each reason (one indexed query per reason)."""
@@ -168,10 +175,23 @@ class MongoStorage:
         query = of_crawl(crawl_id)
         if reason:
             query["reason"] = reason
-        docs = list(self.db[FAILURES].find(query).skip(skip).limit(limit))
-        for doc in docs:
-            doc.pop("_id", None)
-        return docs
+        return [_public(doc) for doc in self.db[FAILURES].find(query).skip(skip).limit(limit)]
+
+    def failure_counts(self, crawl_id: str) -> dict[str, int]:
+        """The crawl's failure records by reason (one aggregation on the server, on the reason index);
+        a record without a reason counts under "None"."""
+        pipeline = [{"$match": {"crawl_id": crawl_id}}, {"$group": {"_id": "$reason", "n": {"$sum": 1}}}]
+        return {str(r["_id"]): int(r["n"]) for r in self.db[FAILURES].aggregate(pipeline)}
+
+    def scan(self, collection: str, crawl_id: str, fields: list[str],
+             having: str | None = None) -> Iterator[dict[str, Any]]:
+        """Only ``fields`` of the crawl's documents (those with a field ``having``, if given), the
+        internal ones included: what a rebuild reads (crawltasks.recovery), without the bodies."""
+        query = of_crawl(crawl_id)
+        if having:
+            query[having] = {"$exists": True}
+        projection = {"_id": 0, **dict.fromkeys(fields, 1)}
+        yield from self.db[collection].find(query, projection).batch_size(EXPORT_BATCH)
 
     def _find(self, collection: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """The documents without their ``_id``, in the order the server keeps them. Dropped here, not
@@ -179,8 +199,14 @@ class MongoStorage:
         Read 2,000 at a time: the default batch (16 MB) held ~100 MB of documents in this process
         while 100,000 pages were exported, for no gain in speed (measured)."""
         for doc in self.db[collection].find(query).batch_size(EXPORT_BATCH):
-            del doc["_id"]
-            yield doc
+            yield _public(doc)
+
+    def touch_pages(self, keys: list[tuple[str, str]], checked_at: str) -> None:
+        """Set ``checked_at`` on stored pages, each named by (crawl_id, fp): a revisit found them
+        unchanged (crawltasks.revisit). A page not stored stays absent."""
+        ops = [UpdateOne({"_id": doc_id(crawl_id, fp)}, {"$set": {"checked_at": checked_at}}) for crawl_id, fp in keys]
+        if ops:
+            self.db[PAGES].bulk_write(ops, ordered=False)
 
     def delete_failures(self, crawl_id: str, fps: list[str]) -> None:
         if fps:
@@ -189,6 +215,32 @@ class MongoStorage:
     def delete_crawl(self, crawl_id: str) -> None:
         for name in (PAGES, ITEMS, FAILURES):
             self.db[name].delete_many(of_crawl(crawl_id))
+        self.db[CRAWLS].delete_one({"_id": crawl_id})
+
+    # --- the crawls' records -------------------------------------------------------------------
+    def save_crawl(self, crawl_id: str, record: dict[str, Any], started_at: float) -> None:
+        """Write (or refresh) a crawl's record; a crawl started again is not finished any more."""
+        self.db[CRAWLS].update_one({"_id": crawl_id}, {"$set": record, "$setOnInsert": {"started_at": started_at},
+                                                       "$unset": {"finished_at": ""}}, upsert=True)
+
+    def crawl_record(self, crawl_id: str) -> dict[str, Any] | None:
+        return self.db[CRAWLS].find_one({"_id": crawl_id})
+
+    def crawl_ended(self, crawl_id: str, state: str) -> None:
+        """The crawl finished (or was cancelled): Redis may forget it after its retention, not lose it."""
+        self.db[CRAWLS].update_one({"_id": crawl_id, "finished_at": {"$exists": False}},
+                                   {"$set": {"finished_at": time.time(), "state": state}})
+
+    def unfinished_crawls(self) -> list[dict[str, Any]]:
+        """Records of the crawls that never finished (one small document each)."""
+        return list(self.db[CRAWLS].find({"finished_at": {"$exists": False}}, {"started_at": 1}))
+
+
+def _public(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document as reads return it: no ``_id``, none of the fields only a rebuild reads."""
+    for name in ("_id", *INTERNAL):
+        doc.pop(name, None)
+    return doc
 
 
 def write_jsonl(docs: Iterator[dict[str, Any]], out: IO[str]) -> int:
@@ -201,7 +253,7 @@ def write_jsonl(docs: Iterator[dict[str, Any]], out: IO[str]) -> int:
     return n
 
 
-def export_crawl(storage: MongoStorage, crawl_id: str, path: str, items: bool = True) -> tuple[int, int]:
+def export_crawl(storage: Storage, crawl_id: str, path: str, items: bool = True) -> tuple[int, int]:
     """Pages (then the spider's items) of a crawl as JSON Lines; returns (pages, items)."""
     with open(path, "w", encoding="utf-8") as out:
         pages = write_jsonl(storage.pages(crawl_id), out)

@@ -7,14 +7,12 @@ import sys
 
 import pytest
 
+from . import clirun
 from .sites import basic_site, expected_basic_paths, serve
 
 
 def run_cli(args, home, timeout=120):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")}
-    env["HOME"] = str(home)  # the embedded data directory lives under it
-    return subprocess.run([sys.executable, "-m", "crawltasks.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return clirun.run_cli(args, {"HOME": str(home)}, timeout)  # the embedded data directory lives under it
 
 
 @pytest.fixture(scope="module")

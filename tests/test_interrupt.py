@@ -5,13 +5,13 @@ interrupted crawl waits until it is continued by its id, then finishes with ever
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from . import clirun
 from .sites import serve, slow_page
 from .test_cli import run_cli
 from .workers import wait_for
@@ -31,10 +31,7 @@ def chain_site():
 
 
 def start_cli(args: list[str], home: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")}
-    env["HOME"] = str(home)
-    return subprocess.Popen([sys.executable, "-m", "crawltasks.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    return clirun.start_cli(args, {"HOME": str(home)}, start_new_session=True)
 
 
 def tree_of(pid: int) -> list[psutil.Process]:

@@ -1,9 +1,7 @@
 """A service that is down is named in one line, within seconds, by the command a user runs; one that
 goes away mid-crawl shows as `stalled` and the crawl goes on when it is back."""
 
-import os
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -15,15 +13,10 @@ from crawltasks.celeryapp import use_broker
 from crawltasks.embedded import MongoProcess, free_port
 from crawltasks.settings import Settings
 
+from .clirun import run_cli, start_cli
 from .sites import serve, slow_page
 from .test_outage import OwnRedis
 from .workers import WorkerProcess, wait_for
-
-
-def run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")} | env
-    return subprocess.run([sys.executable, "-m", "crawltasks.cli", *args], capture_output=True, text=True,
-                          env=full, timeout=timeout)
 
 
 def closed_port_env(settings: Settings, which: str) -> dict[str, str]:
@@ -81,10 +74,8 @@ def test_the_waiting_command_rides_out_a_redis_restart(settings, tmp_path, crawl
     server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < 199 else [], 0.03) for i in range(200)})
     worker = WorkerProcess(local, "blip", concurrency=4, log_path=tmp_path / "w.log",
                            env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"})
-    cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", server.url("/p/0"), "--crawl-id", crawl_id,
-           "--no-worker", "--host-delay", "0", "--host-concurrency", "2", "--batch-size", "4"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")} | local.to_env()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_cli(["crawl", server.url("/p/0"), "--crawl-id", crawl_id, "--no-worker", "--host-delay", "0",
+                      "--host-concurrency", "2", "--batch-size", "4"], local.to_env())
     try:
         assert wait_for(lambda: len(server.hits) >= 20, timeout=60)
         own.stop()
@@ -112,28 +103,62 @@ class VolatileRedis(OwnRedis):
         assert wait_for(self.ping, timeout=10), "redis-server did not start"
 
 
-def test_a_redis_that_lost_its_data_never_makes_a_crawl_finished(settings, tmp_path, crawl_id):
+def branching_site(n: int, delay: float) -> dict:
+    """Each page links to the next and to one twice as far: many requests wait when Redis is lost."""
+    return {f"/p/{i}": slow_page(f"P{i}", [f"/p/{j}" for j in (i + 1, 2 * i + 1) if j < n], delay) for i in range(n)}
+
+
+def stored_paths(rt: runtime.Runtime, crawl_id: str) -> list[str]:
+    return [urlsplit(p["url"]).path for p in rt.storage.pages(crawl_id)]
+
+
+def test_a_redis_that_lost_its_data_never_makes_a_crawl_finished_and_the_rerun_fetches_what_is_missing(
+        settings, tmp_path, crawl_id):
     """Redis restarted empty mid-crawl: the counters that are left contradict themselves, and the
-    waiting command says the state was lost (exit 4) instead of reporting a finished crawl."""
+    waiting command says the state was lost (exit 4) instead of reporting a finished crawl; `list`
+    shows it lost; the command it names rebuilds the crawl from MongoDB, and the site's own log
+    shows that no stored page is fetched again, not even the seed. Only robots.txt may be: its cache in
+    Redis is gone, so a worker that has not kept it in memory fetches it once more. The worker that ran
+    before the loss keeps working through it all (its cache of seen links must not outlive the loss)."""
     own = VolatileRedis(tmp_path)
     own.start()
     local = replace(settings, broker_url=own.url, redis_url=own.url)
-    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < 299 else [], 0.03) for i in range(300)})
+    here = runtime.Runtime(local)
+    server = serve(branching_site(300, 0.03))
     worker = WorkerProcess(local, "volatile", concurrency=4, log_path=tmp_path / "w.log")
-    cmd = [sys.executable, "-m", "crawltasks.cli", "crawl", server.url("/p/0"), "--crawl-id", crawl_id,
-           "--no-worker", "--host-delay", "0", "--host-concurrency", "2", "--batch-size", "4", "--quiet"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLTASKS_")} | local.to_env()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_cli(["crawl", server.url("/p/0"), "--crawl-id", crawl_id, "--no-worker", "--host-delay", "0",
+                      "--host-concurrency", "4", "--batch-size", "4", "--quiet"], local.to_env())
     try:
-        assert wait_for(lambda: len(server.hits) >= 20, timeout=60)
+        assert wait_for(lambda: len(server.hits) >= 40, timeout=60)
         own.stop()
         own.start()  # empty: the crawl's registry, counters, frontier and broker are gone
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 4, (out, err)
         assert f"the state of crawl {crawl_id} in Redis was lost" in err and "finished" not in out
+        assert f"continue it with 'crawltasks crawl --crawl-id {crawl_id}'" in err
+
+        listed = run_cli(["list"], local.to_env())
+        assert listed.returncode == 0, listed.stderr
+        assert any(line.split()[:2] == [crawl_id, "lost"] for line in listed.stdout.splitlines()), listed.stdout
+
+        before, mark = set(stored_paths(here, crawl_id)), len(server.hits)
+        assert before, "pages were stored before the loss"
+        resumed = run_cli(["crawl", "--crawl-id", crawl_id, "--no-worker", "--quiet"], local.to_env(), timeout=180)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"crawl {crawl_id} finished" in resumed.stdout
+        again = [hit.path for hit in server.hits[mark:]]
+        assert not before & set(again), f"stored pages fetched again: {sorted(before & set(again))}"
+        assert again.count("/robots.txt") <= 1
+        assert sorted(stored_paths(here, crawl_id)) == sorted(f"/p/{i}" for i in range(300)), "each page once"
+        stats = here.state.stats(crawl_id)
+        assert stats["stored"] == 300 and stats["pending"] == 0
+        assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"]
+        print(f"lost state: {len(before)} pages stored before, {len(again)} requests after "
+              f"({again.count('/robots.txt')} robots.txt)")
     finally:
         if proc.poll() is None:
             proc.kill()
         worker.kill()
         server.stop()
+        here.close()
         own.stop()

@@ -29,7 +29,7 @@ from .commands import (
     cmd_web,
 )
 from .parser import UsageError, build_parser
-from .running import cmd_crawl, cmd_retry_failed
+from .running import cmd_crawl, cmd_retry_failed, resume_command
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "entry", "main"]
 
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceDown as exc:
         print(f"crawltasks: error: {exc}", file=sys.stderr)
         return 3
-    except StateLost as exc:
-        print(f"crawltasks: error: {exc}", file=sys.stderr)
+    except StateLost as exc:  # the command that rebuilds it, with this command's --data-dir
+        print(f"crawltasks: error: {StateLost(exc.crawl_id, resume_command(args, exc.crawl_id))}", file=sys.stderr)
         return 4
     except (UsageError, OptionError, FeedError) as exc:
         from ..urls import redact

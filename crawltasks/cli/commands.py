@@ -23,7 +23,7 @@ def existing_crawl(crawl_id: str):
     from ..crawl import Crawl
 
     crawl = Crawl(crawl_id)
-    if not crawl.exists:
+    if not crawl.exists and crawl.rt.storage.crawl_record(crawl_id) is None:  # Redis may have lost it
         raise UsageError(f"no crawl named {crawl_id!r}")
     return crawl
 

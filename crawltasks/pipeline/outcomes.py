@@ -14,7 +14,8 @@ from ..runtime import Runtime
 from ..spiders import SpiderNotFound
 from ..urls import redact
 
-IN_TRANSIT = ("ticket", "lease", "body_key", "request")  # page fields for the store stage, never stored
+IN_TRANSIT = ("ticket", "lease", "body_key", "request", "discovered")  # page fields for the store stage
+# (what the page discovered is stored, but added after before_store: crawltasks.recovery)
 
 
 def skip(req: Request, reason: str, message: str) -> Fetched:

@@ -10,10 +10,11 @@ from typing import Any
 
 from .. import callbacks, logs, revisit
 from ..custody import Custody
-from ..frontier import schedule
+from ..frontier import schedule_new
 from ..models import Fetched, Request
 from ..parse import is_html
 from ..reasons import RECORDED_SKIPS, SILENT_SKIPS
+from ..recovery import attach_discovered
 from ..runtime import Runtime
 from ..sitemaps import looks_like_sitemap, parse_sitemap
 from ..spiders import Response, Spider, SpiderNotFound, StopCrawl
@@ -54,6 +55,7 @@ class _Parse:
         self.out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "item_tickets": [],
                                     "records": [], "skipped": [], "body_keys": []}
         self.follow: list[Request] = []
+        self.origins: dict[int, str] = {}  # id(follow-up) -> ticket of the page or failure that yielded it
         self.parsed = 0
         self._spider: Spider | None = None
         self.missing: str | None = None  # why this worker cannot load the spider
@@ -99,8 +101,14 @@ class _Parse:
         except StopCrawl as exc:
             cancel(self.rt, self.crawl_id, str(exc))
             return
-        self.follow += follow
+        self.follows(f.request.ticket, follow)
         self.add_items(f, f.url or f.request.url, items)
+
+    def follows(self, ticket: str, requests: list[Request]) -> None:
+        """Follow-ups of the request ``ticket``: what is new among them is kept with its document."""
+        self.follow += requests
+        for req in requests:
+            self.origins[id(req)] = ticket
 
     def add_items(self, f: Fetched, url: str, items: list[dict[str, Any]]) -> None:
         """Items a callback yielded for this request's page (or failure), as documents."""
@@ -125,6 +133,8 @@ class _Parse:
         }
         if f.url != req.url:
             page["requested_url"] = redact(req.url)
+        if f.fp != req.fp:  # a redirect: its request is done too (crawltasks.recovery)
+            page["request_fp"] = req.fp
         # for the store stage, should the page end there (a record only: no password needs to travel)
         page["request"] = {**req.to_dict(), "url": redact(req.url), "referer": redact(req.referer),
                            "body": None, "headers": {}, "cookies": {}}
@@ -151,7 +161,8 @@ class _Parse:
         """Count, schedule what the pages follow, and hand the output on to the store stage."""
         self.rt.state.incr(self.crawl_id, parsed=self.parsed, items=len(self.out["items"]))
         if self.follow:
-            schedule(self.rt.state, self.rt.frontier, self.crawl_id, self.follow, self.options)
+            fresh = schedule_new(self.rt.state, self.rt.frontier, self.crawl_id, self.follow, self.options)
+            attach_discovered(self.out, self.origins, fresh)
         return self.out
 
 
@@ -165,7 +176,7 @@ def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: byt
     url = f.url or req.url
     if looks_like_sitemap(url, f.content_type, body) and not req.callback:
         kind, locs = parse_sitemap(body)
-        run.follow.extend(Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs)
+        run.follows(req.ticket, [Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs])
         page["sitemap"], page["outlinks"] = kind, len(locs)
         return True
     if not callbacks.wants(spider, req, f.content_type, body):
@@ -186,7 +197,7 @@ def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: byt
         page["outlinks"] = len(response.links)
         if options.store_text or spider.store_text:
             page["text"] = response.visible_text[:TEXT_CAP]
-    run.follow += follow
+    run.follows(req.ticket, follow)
     run.add_items(f, url, items)
     return True
 

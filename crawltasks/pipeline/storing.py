@@ -37,7 +37,9 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     rt.state.drop_bodies([key for key in parsed["body_keys"] if key in held])
     if finished:
         close_chain(rt, crawl_id)
-        logs.crawl_finished(crawl_id, {**rt.state.stats(crawl_id), "state": rt.state.state_of(crawl_id)})
+        state = rt.state.state_of(crawl_id)
+        rt.storage.crawl_ended(crawl_id, state)
+        logs.crawl_finished(crawl_id, {**rt.state.stats(crawl_id), "state": state})
     notify.observe(rt, crawl_id, finished)  # the crawl's webhook, if it has one: never waits, never raises
     return finished
 
@@ -107,7 +109,10 @@ def _before_store(rt: Runtime, crawl_id: str, spider: Spider, batch: dict[str, A
         doc = {k: v for k, v in page.items() if k not in IN_TRANSIT}
         if html.get(page.get("body_key")) is not None:
             doc["html"] = html[page["body_key"]].decode("utf-8", "replace")
-        pages[page["ticket"]] = _guarded_before_store(rt, crawl_id, spider, "page", doc, page["ticket"], ended)
+        kept = _guarded_before_store(rt, crawl_id, spider, "page", doc, page["ticket"], ended)
+        if kept is not None and page.get("discovered"):
+            kept["discovered"] = page["discovered"]  # written with the page (crawltasks.recovery)
+        pages[page["ticket"]] = kept
     items = [(ticket, _guarded_before_store(rt, crawl_id, spider, "item", dict(item), ticket, ended))
              for item, ticket in zip(batch["items"], batch["item_tickets"], strict=True) if ticket not in ended]
     return ({t: doc for t, doc in pages.items() if t not in ended},
