@@ -1,6 +1,7 @@
 """Fetching one request: redirects followed hop by hop under the SSRF guard, size and total-time
-caps, and every outcome classified with a reason. The HTTP itself is requests, through ``transport``;
-a batch is fetched concurrently under the shared per-host gate in ``politeness``.
+caps, and every outcome classified with a reason. The HTTP itself goes through a ``ports.Transport``:
+the process's pooled requests session (``transport.pooled``) unless the caller gives another (a test's
+``MockTransport``); a batch is fetched concurrently under the shared per-host gate in ``politeness``.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
+from requests.utils import to_native_string
 from urllib3.exceptions import InvalidChunkLength
 
 from . import identity, sessions
 from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
 from .settings import CrawlOptions
-from .transport import WATCHDOG, Watch, pin, prepare, send, session, watching
+from .transport import WATCHDOG, Watch, pin, pooled, prepare, watching
 from .urls import InvalidURL, canonicalize, fingerprint, join
+
+if TYPE_CHECKING:
+    from .ports import Transport
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524})
 CHUNK = 64 * 1024
@@ -102,30 +107,35 @@ def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any
     return None
 
 
-def fetch_one(request: Request, options: CrawlOptions,
-              on_send: Callable[[], None] | None = None) -> tuple[Fetched, bytes | None]:
+def fetch_one(request: Request, options: CrawlOptions, on_send: Callable[[], None] | None = None,
+              transport: Transport | None = None) -> tuple[Fetched, bytes | None]:
     """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one).
 
     Redirects are followed here, hop by hop, so that each hop is canonicalized, checked for loops
     and checked by the SSRF guard before anything connects to it. ``options.timeout`` caps the whole
     fetch, every hop and every byte included. ``on_send`` is called just before the first request
     goes out on its connection and once it is out (the politeness gate learns when it really started).
+
+    ``transport`` carries each hop: by default the process's pooled one, whose connections go to the
+    addresses the guard checked and whose sockets the total-time cap cuts. Another transport (a test's
+    ``MockTransport``) is judged by the same guard, caps and classification, but has no connection
+    to pin to the checked addresses, and the cap cuts only what it hands the watch (see its module).
     """
     watch = Watch()
     watch.on_send = on_send
     watching(watch)
     WATCHDOG.add(watch, time.monotonic() + options.timeout)
     try:
-        return _fetch(request, options, watch)
+        return _fetch(request, options, watch, transport or pooled())
     finally:
         watch.done = True
         watching(None)
 
 
-def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetched, bytes | None]:
+def _fetch(request: Request, options: CrawlOptions, watch: Watch,
+           transport: Transport) -> tuple[Fetched, bytes | None]:
     started = time.monotonic()
     deadline = started + options.timeout
-    s = session()
     try:
         headers, cookies, proxies = identity.for_request(request, options)
     except Exception as exc:  # noqa: BLE001 - a provider's failure is this request's, not the worker's
@@ -159,9 +169,9 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
                 raise TooSlow(f"no complete response within the total time cap ({options.timeout}s)")
             prepared = prepare(method, url, headers, cookies, body_out)
             sessions.send_cookies(prepared)  # the crawl's session cookies for this hop, if it keeps them
-            with send(s, prepared, proxies, (min(10.0, remaining), remaining)) as resp:
+            with transport.send(prepared, proxies, (min(10.0, remaining), remaining)) as resp:
                 sessions.keep_cookies(prepared, resp)
-                target = s.get_redirect_target(resp) if resp.status_code in REDIRECT_STATUSES else None
+                target = _redirect_target(resp) if resp.status_code in REDIRECT_STATUSES else None
                 if target:
                     url = join(resp.url, target) or target
                     if resp.status_code == 303 or (resp.status_code in (301, 302) and method == "POST"):
@@ -205,6 +215,13 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch) -> tuple[Fetch
         return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes; {size})",
                         **common), None
     return Fetched(request=request, fetched_at=_now(), truncated=False, **common), body.data
+
+
+def _redirect_target(resp: requests.Response) -> str | None:
+    """The Location of a redirect answer, read as requests reads it (latin-1 on the wire, taken as UTF-8)."""
+    if "location" not in resp.headers:
+        return None
+    return to_native_string(resp.headers["location"].encode("latin1"), "utf8")
 
 
 def is_conditional(request: Request) -> bool:

@@ -1,6 +1,8 @@
-"""The HTTP transport of a fetch, on requests: one pooled session per thread, whose sockets the
-total time cap can cut and whose connections go to the addresses the SSRF guard checked; requests
-prepared and sent without the per-request work of ``Session.request`` this crawler does not need.
+"""The HTTP transport of a fetch, on requests (``PooledTransport``, the real ``ports.Transport``):
+one pooled session per process, whose sockets the total time cap can cut and whose connections go
+to the addresses the SSRF guard checked; requests prepared and sent without the per-request work of
+``Session.request`` this crawler does not need. Its in-memory twin, which has no sockets to cut or
+pin, is ``backends.memory.transport.MockTransport``.
 """
 
 from __future__ import annotations
@@ -210,31 +212,49 @@ class _Adapter(HTTPAdapter):
         return manager
 
 
-_shared: tuple[int, requests.Session] | None = None
+class PooledTransport:
+    """The requests implementation of ``ports.Transport``: one pooled session, shared by the
+    process's fetch threads, whose connections the total time cap can cut (``Watch``) and which go
+    to the addresses the SSRF guard checked (``pin``). A host's connections are reused whichever
+    thread fetches next from it (one session per thread made nearly every request a new connection
+    in a broad crawl). Sharing is safe here: requests go straight to the adapter (see ``send``), whose
+    pool manager is thread-safe, and no cookie jar is ever touched. It keeps no cookies: the process
+    serves many crawls, and a request's cookies are its crawl's (see identity)."""
+
+    def __init__(self) -> None:
+        s = requests.Session()
+        s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
+        s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        adapter = _Adapter(pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0)
+        s.mount("http://", adapter)
+        s.mount("https://", adapter)
+        self.session = s
+
+    def send(self, request: requests.PreparedRequest, proxies: dict[str, str],
+             timeout: tuple[float, float]) -> requests.Response:
+        """Send through the session's adapter (its pooled connections), streaming, no redirect followed.
+        ``Session.send`` would add response hooks this crawler has none of and copy cookies into a jar
+        that keeps none: 5-10 % of a fetch's CPU, measured."""
+        return self.session.get_adapter(request.url or "").send(
+            request, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
+
+
+_shared: tuple[int, PooledTransport] | None = None
 _shared_lock = threading.Lock()
 
 
-def session() -> requests.Session:
-    """The process's pooled session, shared by its fetch threads: a host's connections are reused
-    whichever thread fetches next from it (one session per thread made nearly every request a new
-    connection in a broad crawl). Sharing is safe here: requests go straight to the adapter (see
-    ``send``), whose pool manager is thread-safe, and no cookie jar is ever touched. It keeps no
-    cookies: the process serves many crawls, and a request's cookies are its crawl's (see identity)."""
+def pooled() -> PooledTransport:
+    """The process's pooled transport (made on first use, and again in a forked child: a parent's
+    sockets are not the child's)."""
     global _shared
     shared = _shared
     if shared is not None and shared[0] == os.getpid():
         return shared[1]
     with _shared_lock:
-        if _shared is None or _shared[0] != os.getpid():  # first use, or a forked child
-            s = requests.Session()
-            s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
-            s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-            adapter = _Adapter(pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0)
-            s.mount("http://", adapter)
-            s.mount("https://", adapter)
+        if _shared is None or _shared[0] != os.getpid():
             # a host above POOL_PER_HOST at once closes its extra connections: expected, not a warning
             logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-            _shared = (os.getpid(), s)
+            _shared = (os.getpid(), PooledTransport())
         return _shared[1]
 
 
@@ -259,13 +279,20 @@ def prepare(method: str, url: str, headers: dict[str, str], cookies: dict[str, s
     return prepared
 
 
-def send(s: requests.Session, request: requests.PreparedRequest, proxies: dict[str, str],
-         timeout: tuple[float, float]) -> requests.Response:
-    """Send through the session's adapter (its pooled connections), streaming, no redirect followed.
-    ``Session.send`` would add response hooks this crawler has none of and copy cookies into a jar
-    that keeps none (see ``session``): 5-10 % of a fetch's CPU, measured."""
-    return s.get_adapter(request.url or "").send(request, stream=True, timeout=timeout, verify=True, cert=None,
-                                                  proxies=proxies)
+def sending(done: bool) -> None:
+    """Tell the fetch this thread runs that its request goes out now (False) or is out (True): what a
+    watched connection does, for a transport without one (the in-memory twin)."""
+    watch = getattr(_local, "watch", None)
+    if watch is not None:
+        watch.sending(done)
+
+
+def cut_at_deadline(stream: Any) -> None:
+    """Hand the fetch this thread runs what its total-time cap must cut: anything with a socket's
+    ``shutdown(how)`` (the in-memory twin's streamed body), as a watched connection hands its socket."""
+    watch = getattr(_local, "watch", None)
+    if watch is not None:
+        watch.attach(stream)
 
 
 def watching(watch: Watch | None) -> None:
