@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import logs
+from .errors import SpiderError
 from .models import Request
 from .parse import is_html
 from .spiders import Response, Spider, StopCrawl
@@ -22,7 +23,7 @@ from .urls import without_userinfo
 JSON_TYPES = ("application/json",)
 
 
-class NoSuchCallback(AttributeError):
+class NoSuchCallback(SpiderError, AttributeError):
     """A request names a method its spider does not have."""
 
 

@@ -12,6 +12,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from .errors import ConfigError
 from .settings import CrawlOptions
 
 FIELD_TYPES = {f.name: str(f.type) for f in fields(CrawlOptions)}
@@ -19,7 +20,7 @@ NOT_SETTABLE = {"spider": "--spider", "spider_args": "-a NAME=VALUE"}
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
-class OptionError(ValueError):
+class OptionError(ConfigError, ValueError):
     """A bad -s/-a/--seeds-file value; the message is one line."""
 
 

@@ -15,19 +15,18 @@ from .frontier import schedule
 from .guard import private_seed_hosts
 from .health import StateLost, outages, stalled_line
 from .models import Request
-from .recovery import LOST, rebuild_if_lost, save_record, saved_seeds
+from .recovery import rebuild_if_lost, save_record, saved_seeds
 from .robots import Robots, origin_of
 from .runtime import Runtime
 from .seeds import Feeder, first_chunk, hold, release
 from .seeds import add as add_seeds
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
+from .states import CrawlState
 from .store import FAILURES, ITEMS, PAGES, export_crawl
 from .urls import check_seeds, host_of, restore_userinfo
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
-INTERRUPTED = "interrupted"  # a crawl nobody works on: its command or every worker is gone
-# LOST (crawltasks.recovery): its state in Redis is gone or contradicts itself (a Redis restarted empty)
 
 
 
@@ -53,12 +52,12 @@ class Crawl:
     def stats(self) -> dict[str, Any]:
         """Counters plus state, start and finish times."""
         meta = self.rt.state.crawl_meta(self.id)
-        out: dict[str, Any] = {"crawl_id": self.id, "state": meta.get("state", "unknown")}
+        out: dict[str, Any] = {"crawl_id": self.id, "state": meta.get("state", CrawlState.UNKNOWN)}
         if not meta and "finished_at" not in (self.rt.storage.crawl_record(self.id) or {"finished_at": 0}):
-            out["state"] = LOST  # Redis forgot a crawl MongoDB knows, and it never finished there
-        if out["state"] == "running" and not self.rt.fleet().read()[0]:
-            out["state"] = INTERRUPTED  # nothing works on it: no worker is alive
-        stalled = stalled_line(outages(self.rt.state.r)) if out["state"] == "running" else ""
+            out["state"] = CrawlState.LOST  # Redis forgot a crawl MongoDB knows, and it never finished there
+        if out["state"] == CrawlState.RUNNING and not self.rt.fleet().read()[0]:
+            out["state"] = CrawlState.INTERRUPTED  # nothing works on it: no worker is alive
+        stalled = stalled_line(outages(self.rt.state.r)) if out["state"] == CrawlState.RUNNING else ""
         if stalled:
             out["stalled"] = stalled
         out.update(self.rt.state.stats(self.id))
@@ -79,7 +78,7 @@ class Crawl:
             if progress is not None:
                 progress(shown)
             state = shown.get("state") if shown else self.rt.state.state_of(self.id)
-            if state in (LOST, "unknown", ""):  # its registry is gone: nothing can finish it any more
+            if state in (CrawlState.LOST, CrawlState.UNKNOWN, ""):  # its registry is gone: nothing can finish it
                 raise StateLost(self.id)
             if self.finished:
                 self.rt.storage.crawl_ended(self.id, self.rt.state.state_of(self.id))
@@ -106,16 +105,16 @@ class Crawl:
     # --- control, on every worker within a batch ---------------------------------------------
     def pause(self) -> bool:
         """Stop fetching: nothing more leaves the frontier, and batches reaching a worker go back to it."""
-        return self.rt.state.control(self.id, ["running"], "paused")
+        return self.rt.state.control(self.id, [CrawlState.RUNNING], CrawlState.PAUSED)
 
     def resume(self) -> bool:
         """Continue a paused or interrupted crawl: its hosts' queues are dispatched again."""
-        return self.rt.state.control(self.id, ["paused", INTERRUPTED], "running")
+        return self.rt.state.control(self.id, [CrawlState.PAUSED, CrawlState.INTERRUPTED], CrawlState.RUNNING)
 
     def interrupt(self) -> bool:
         """Its command stopped (Ctrl-C, SIGTERM) or died: it waits, like a paused crawl, until it is
         resumed, instead of running in the background of the next crawl of the same services."""
-        return self.rt.state.control(self.id, ["running"], INTERRUPTED)
+        return self.rt.state.control(self.id, [CrawlState.RUNNING], CrawlState.INTERRUPTED)
 
     def cancel(self) -> bool:
         """Stop the crawl for good: what is queued ends as skipped; the crawl then finishes, cancelled."""

@@ -20,6 +20,7 @@ from .keys import Keys
 from .models import PRIORITIES
 from .politeness import crawl_policy
 from .runtime import Runtime
+from .states import CrawlState
 
 log = logging.getLogger("crawltasks")
 
@@ -139,9 +140,9 @@ class Dispatcher:
         ids = self.rt.state.active_crawls()
         out = []
         for crawl_id, state in zip(ids, self.rt.state.states_of(ids), strict=True):
-            if state == "running":
+            if state == CrawlState.RUNNING:
                 out.append(crawl_id)
-            elif state == "cancelling" and self.rt.frontier.sizes(crawl_id).queued:
+            elif state == CrawlState.CANCELLING and self.rt.frontier.sizes(crawl_id).queued:
                 self.rt.frontier.drop_queued(crawl_id)
                 self.rt.state.check_finished(crawl_id)
         return out

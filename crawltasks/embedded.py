@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from .errors import ServiceError
 from .settings import Settings
 
 DEFAULT_DATA_DIR = "~/.local/share/crawltasks"
 ADDRESSES = "services.json"  # where the running command's services answer (for a second terminal)
 
 
-class EmbeddedError(RuntimeError):
+class EmbeddedError(ServiceError, RuntimeError):
     """The embedded services could not start; the message says why."""
 
 

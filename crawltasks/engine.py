@@ -33,6 +33,7 @@ from .liveness import BEAT_EVERY, dead_after
 from .models import PRIORITIES, Fetched, Request
 from .outbox import Outbox, ResultSender, now_iso
 from .politeness import HostGate, host_policy
+from .reasons import Reason
 from .robots import DENY, Robots, origin_of
 from .runtime import Runtime
 from .settings import CrawlOptions
@@ -261,7 +262,7 @@ class FetchEngine:
         if verdict != DENY:
             self._wait_for_slot(job)
             return
-        self.outbox.refuse(job.crawl_id, job.request, reason="robots_disallowed",
+        self.outbox.refuse(job.crawl_id, job.request, reason=Reason.ROBOTS_DISALLOWED,
                            message=f"robots.txt disallows {job.request.url}", count="skipped_robots")
 
     def _wait_for_slot(self, job: Job) -> None:
@@ -397,7 +398,7 @@ class FetchEngine:
                 self._robots_known(job.crawl_id, job.robots)
             return
         if isinstance(outcome, BaseException):
-            outcome = (Fetched(request=job.request, error="fetch_error", message=repr(outcome)[:500],
+            outcome = (Fetched(request=job.request, error=Reason.FETCH_ERROR, message=repr(outcome)[:500],
                                fetched_at=now_iso()), None)
         result, body = outcome
         hold = self._gate(job.crawl_id).feedback(job.host, result)

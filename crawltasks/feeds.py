@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .errors import ConfigError
+
 if TYPE_CHECKING:
     from .ports import Storage
 
@@ -26,7 +28,7 @@ STDOUT = "-"
 Source = Callable[[], Iterator[dict[str, Any]]]  # called once per pass (CSV reads twice, for its columns)
 
 
-class FeedError(ValueError):
+class FeedError(ConfigError, ValueError):
     """An output that cannot be written; the message is one line."""
 
 

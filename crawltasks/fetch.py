@@ -19,8 +19,10 @@ from requests.utils import to_native_string
 from urllib3.exceptions import InvalidChunkLength
 
 from . import identity, sessions
+from .errors import FetchError
 from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
+from .reasons import Reason
 from .settings import CrawlOptions
 from .transport import WATCHDOG, Watch, pin, pooled, prepare, watching
 from .urls import InvalidURL, canonicalize, fingerprint, join
@@ -39,11 +41,11 @@ class Body:
     truncated: bool
 
 
-class TooSlow(Exception):
+class TooSlow(FetchError):
     """The response did not complete within the total time cap."""
 
 
-class BadFraming(Exception):
+class BadFraming(FetchError):
     """The body does not follow its own framing (a negative chunk size): no retry mends that."""
 
 
@@ -99,11 +101,12 @@ def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any
     that was not conditional, a 3xx whose Location is missing or empty; None for a 2xx. A 304 to a
     conditional request (a re-crawl, see ``revisit``) ends ``not_modified``: the stored page stands."""
     if status == 304 and is_conditional(request):
-        return _failure(request, "not_modified", f"HTTP 304: {final} did not change", **common)
+        return _failure(request, Reason.NOT_MODIFIED, f"HTTP 304: {final} did not change", **common)
     if status < 200 or status == 304:
-        return _failure(request, "bad_response", f"HTTP {status} is not a final answer to a GET ({final})", **common)
+        return _failure(request, Reason.BAD_RESPONSE, f"HTTP {status} is not a final answer to a GET ({final})",
+                        **common)
     if status >= 300:
-        return _failure(request, "bad_redirect", f"HTTP {status} without a Location to follow ({final})", **common)
+        return _failure(request, Reason.BAD_REDIRECT, f"HTTP {status} without a Location to follow ({final})", **common)
     return None
 
 
@@ -139,7 +142,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch,
     try:
         headers, cookies, proxies = identity.for_request(request, options)
     except Exception as exc:  # noqa: BLE001 - a provider's failure is this request's, not the worker's
-        return _failure(request, "provider_error", f"{type(exc).__name__}: {exc}"), None
+        return _failure(request, Reason.PROVIDER_ERROR, f"{type(exc).__name__}: {exc}"), None
     allowance = Allowance.of(options)
     url, method, visited, body_out = request.url, request.method, [], request.body
     try:
@@ -149,21 +152,21 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch,
             try:
                 canonical = canonicalize(url)
             except InvalidURL as exc:
-                return _failure(request, "invalid_url", f"{where}{url!r}: {exc}", url=_safe(url)), None
+                return _failure(request, Reason.INVALID_URL, f"{where}{url!r}: {exc}", url=_safe(url)), None
             if canonical in visited:
                 chain = " -> ".join([*visited[visited.index(canonical):], canonical])
-                return _failure(request, "redirect_loop", f"redirect loop: {chain}", url=canonical), None
+                return _failure(request, Reason.REDIRECT_LOOP, f"redirect loop: {chain}", url=canonical), None
             if hop > options.max_redirects:
-                return _failure(request, "too_many_redirects",
+                return _failure(request, Reason.TOO_MANY_REDIRECTS,
                                 f"more than {options.max_redirects} redirects (last: {canonical})",
                                 url=canonical), None
             visited.append(canonical)
             try:
                 pin(canonical, check_url(canonical, allowance))
             except Refused as exc:
-                return _failure(request, "ssrf_blocked", f"{where}{canonical}: {exc}", url=canonical), None
+                return _failure(request, Reason.SSRF_BLOCKED, f"{where}{canonical}: {exc}", url=canonical), None
             except ResolutionFailed as exc:
-                return _failure(request, "dns_error", str(exc), transient=True, url=canonical), None
+                return _failure(request, Reason.DNS_ERROR, str(exc), transient=True, url=canonical), None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TooSlow(f"no complete response within the total time cap ({options.timeout}s)")
@@ -201,7 +204,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch,
     try:
         final = canonicalize(final_url)
     except InvalidURL as exc:
-        return _failure(request, "invalid_url", f"redirected to an invalid URL: {exc}"), None
+        return _failure(request, Reason.INVALID_URL, f"redirected to an invalid URL: {exc}"), None
     final_fp = request.fp if final == canonicalize(request.url) else fingerprint(final, request.method)
     common = dict(status=status, url=final, fp=final_fp, content_type=content_type or None, size=len(body.data),
                   elapsed=round(elapsed, 4), retry_after=retry_after, headers=kept_headers)
@@ -212,7 +215,7 @@ def _fetch(request: Request, options: CrawlOptions, watch: Watch,
         return refused, None
     if body.truncated:
         size = f"{declared} bytes declared" if declared and declared > options.max_size else "cut while streaming"
-        return _failure(request, "too_large", f"body larger than max_size ({options.max_size} bytes; {size})",
+        return _failure(request, Reason.TOO_LARGE, f"body larger than max_size ({options.max_size} bytes; {size})",
                         **common), None
     return Fetched(request=request, fetched_at=_now(), truncated=False, **common), body.data
 
@@ -275,32 +278,32 @@ def _classify(request: Request, exc: Exception, watch: Watch, options: CrawlOpti
     """A failure with a clear reason for whatever the fetch raised."""
     if watch.handshaking and (watch.expired or isinstance(exc, (requests.Timeout, TimeoutError))):
         # connected, and the server never answered the TLS hello: it waits for an HTTP request line
-        return _failure(request, "ssl_error", f"no TLS handshake from the server (a plain HTTP port?): {exc}")
+        return _failure(request, Reason.SSL_ERROR, f"no TLS handshake from the server (a plain HTTP port?): {exc}")
     if any(isinstance(e, (BadFraming, InvalidChunkLength)) for e in _causes(exc)):
-        return _failure(request, "bad_response", f"not a valid HTTP body: {exc}")
+        return _failure(request, Reason.BAD_RESPONSE, f"not a valid HTTP body: {exc}")
     if watch.expired or isinstance(exc, TooSlow):
-        return _failure(request, "too_slow", f"no complete response within the total time cap "
+        return _failure(request, Reason.TOO_SLOW, f"no complete response within the total time cap "
                         f"({options.timeout}s): {exc}", transient=True)
     if isinstance(exc, requests.TooManyRedirects):
-        return _failure(request, "too_many_redirects", str(exc))
+        return _failure(request, Reason.TOO_MANY_REDIRECTS, str(exc))
     if isinstance(exc, (InvalidURL, requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
                         requests.exceptions.InvalidSchema, UnicodeError)):
-        return _failure(request, "invalid_url", str(exc))
+        return _failure(request, Reason.INVALID_URL, str(exc))
     if isinstance(exc, requests.exceptions.InvalidHeader):
-        return _failure(request, "bad_response", f"invalid header: {exc}")
+        return _failure(request, Reason.BAD_RESPONSE, f"invalid header: {exc}")
     if isinstance(exc, requests.exceptions.ContentDecodingError):
-        return _failure(request, "decoding_error", str(exc))
+        return _failure(request, Reason.DECODING_ERROR, str(exc))
     if isinstance(exc, (requests.Timeout, TimeoutError)):
-        return _failure(request, "timeout", str(exc) or "timed out", transient=True)
+        return _failure(request, Reason.TIMEOUT, str(exc) or "timed out", transient=True)
     if isinstance(exc, requests.exceptions.SSLError):
-        return _failure(request, "ssl_error", str(exc))
+        return _failure(request, Reason.SSL_ERROR, str(exc))
     if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return _failure(request, "incomplete_body", f"the connection ended inside the body: {exc}", transient=True)
+        return _failure(request, Reason.INCOMPLETE_BODY, f"the connection ended inside the body: {exc}", transient=True)
     cause = _root_cause(exc)
     if isinstance(cause, http.client.HTTPException) and not isinstance(cause, ConnectionError):
-        return _failure(request, "bad_response", f"not a valid HTTP response: {type(cause).__name__}: {cause}")
+        return _failure(request, Reason.BAD_RESPONSE, f"not a valid HTTP response: {type(cause).__name__}: {cause}")
     if isinstance(exc, requests.ConnectionError):
-        return _failure(request, "connection_error", str(exc), transient=True)
+        return _failure(request, Reason.CONNECTION_ERROR, str(exc), transient=True)
     if isinstance(exc, requests.RequestException):
-        return _failure(request, "request_error", f"{type(exc).__name__}: {exc}")
-    return _failure(request, "fetch_error", f"{type(exc).__name__}: {exc}")
+        return _failure(request, Reason.REQUEST_ERROR, f"{type(exc).__name__}: {exc}")
+    return _failure(request, Reason.FETCH_ERROR, f"{type(exc).__name__}: {exc}")

@@ -18,6 +18,7 @@ from .politeness import host_policy
 from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions
+from .states import STOPPING
 from .urls import (
     FOLLOWED_SCHEMES,
     InvalidURL,
@@ -92,7 +93,7 @@ def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requ
                  options: CrawlOptions) -> list[Request]:
     """``schedule``, returning the requests that were new (the parse stage keeps them with their page)."""
     status, generation = (v.decode() if v else "" for v in state.r.hmget(Keys.meta(crawl_id), "state", GENERATION))
-    if status in ("cancelling", "cancelled"):
+    if status in STOPPING:
         return []
     known = f"{crawl_id}@{generation}"  # a crawl rebuilt after its Redis state was lost has a new seen-set
     plan = plan_requests(requests, options)

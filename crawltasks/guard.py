@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .errors import FetchError
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
 
@@ -38,11 +40,11 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 
 
-class Refused(Exception):
+class Refused(FetchError):
     """The URL may not be fetched by this crawl; the message says why."""
 
 
-class ResolutionFailed(Exception):
+class ResolutionFailed(FetchError):
     """The host name could not be resolved; the message says why."""
 
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import ServiceError
 from .settings import ENV_BROKER, ENV_MONGO, ENV_REDIS, Settings
 
 if TYPE_CHECKING:  # the command imports this module first thing: clients are imported when probed
@@ -35,7 +36,7 @@ class Problem:
                 f"check that it runs and that {self.variable} names it")
 
 
-class ServiceDown(RuntimeError):
+class ServiceDown(ServiceError, RuntimeError):
     """A service the command needs does not answer; the message is one line naming it."""
 
     def __init__(self, problem: Problem) -> None:
@@ -43,7 +44,7 @@ class ServiceDown(RuntimeError):
         self.problem = problem
 
 
-class StateLost(RuntimeError):
+class StateLost(ServiceError, RuntimeError):
     """The crawl's state in Redis was lost: its counters cannot say whether it finished."""
 
     def __init__(self, crawl_id: str, command: str = "") -> None:

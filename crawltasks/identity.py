@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from .errors import FetchError
 from .models import Request
 from .settings import CrawlOptions
 from .urls import without_userinfo
@@ -25,7 +26,7 @@ BROWSER_AGENTS = (
 ACCEPT = "text/html,application/xhtml+xml,*/*;q=0.8"
 
 
-class ProviderError(ValueError):
+class ProviderError(FetchError, ValueError):
     """A provider named in the crawl options cannot be imported or is not callable."""
 
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .errors import Instruction
 from .keys import Keys
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-class DropItem(Exception):  # noqa: N818 - Scrapy's name: an instruction, not an error
+class DropItem(Instruction):  # noqa: N818 - Scrapy's name: an instruction, not an error
     """Raise it from ``process_item`` to leave the item out; the reason is logged, the drop counted."""
 
 

@@ -24,10 +24,11 @@ from typing import Any
 
 from .liveness import dead_after
 from .runtime import Runtime, current
+from .states import CrawlState
 
 log = logging.getLogger("crawltasks")
 
-RECLAIM_STATES = ("running", "cancelling")  # a paused crawl's claims are given back by its workers
+RECLAIM_STATES = (CrawlState.RUNNING, CrawlState.CANCELLING)  # a paused crawl's claims are given back by its workers
 
 
 def reclaim_interval() -> float:

@@ -23,6 +23,7 @@ from celery.utils.nodenames import anon_nodename, gethostname
 
 from .celeryapp import celeryconfig
 from .embedded import EmbeddedError, stop_process
+from .errors import ServiceError
 from .settings import Settings
 from .zygote import Zygote, fork
 
@@ -75,7 +76,7 @@ class InProcessWorker:
         stop_services()
 
 
-class WorkersGone(RuntimeError):
+class WorkersGone(ServiceError, RuntimeError):
     """The local worker processes died and are not restarted any more (a crash loop)."""
 
 

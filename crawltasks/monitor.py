@@ -27,11 +27,15 @@ from rich.text import Text
 from . import runtime
 from .keys import Keys
 from .runtime import Runtime
+from .states import ENDED, CrawlState
 from .urls import host_key, redact
+
+OVER = ENDED | {CrawlState.LOST}  # a view of the crawl stops following it then
 
 RATE_WINDOW = 10.0  # seconds of samples behind the "recent" pages/s
 MAX_HOSTS = 12  # rows of the per-host table; the busiest first
-STATE_STYLE = {"running": "bold yellow", "finished": "bold green", "unknown": "dim", "lost": "bold red"}
+STATE_STYLE = {CrawlState.RUNNING: "bold yellow", CrawlState.FINISHED: "bold green", CrawlState.UNKNOWN: "dim",
+               CrawlState.LOST: "bold red"}
 
 
 @dataclass
@@ -73,7 +77,8 @@ class Snapshot:
 
     @property
     def finished(self) -> bool:
-        return self.stats.get("state") == "finished"
+        """Nothing more will happen to the crawl: finished, cancelled, or its state lost."""
+        return self.stats.get("state") in OVER
 
     @property
     def fetching(self) -> int:
@@ -202,7 +207,7 @@ def render(snap: Snapshot, rate: float | None = None, done_rate: float | None = 
     which is what the ETA divides by.
     """
     s = snap.stats
-    state = str(s.get("state", "unknown"))
+    state = str(s.get("state", CrawlState.UNKNOWN))
     header = Text.assemble(("crawl ", "dim"), (snap.crawl_id, "bold"), "  ",
                            (state, STATE_STYLE.get(state, "")), "  ",
                            (f"started {_when(s.get('started_at'))}", "dim"), "  ",
@@ -413,6 +418,6 @@ class CrawlProgress:
                                       **fields)
             return
         now = time.monotonic()
-        if now - self._last_line >= self.line_every or stats.get("state") == "finished":
+        if now - self._last_line >= self.line_every or stats.get("state") in OVER:
             self._last_line = now
             print(progress_line(stats, rate, done_rate), file=self.stream, flush=True)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from . import logs
 from .frontier import backoff, bloom_of
 from .models import Fetched, Request
+from .reasons import Reason
 from .runtime import Runtime
 
 FLUSH_AFTER = 0.1  # seconds a finished request waits for others of its crawl before they go to parse
@@ -73,7 +74,7 @@ class Outbox:
             box.counts["fetched"] += 1
             state = self.rt.state
             if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)):
-                result.error, result.message = "duplicate_redirect", f"redirected to {result.url}, already seen"
+                result.error, result.message = Reason.DUPLICATE_REDIRECT, f"redirected to {result.url}, already seen"
             elif body is not None:
                 box.bodies[req.ticket] = body
         elif result.transient and req.attempt < options.max_retries:

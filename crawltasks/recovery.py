@@ -46,10 +46,11 @@ from .keys import Keys
 from .models import Request
 from .runtime import Runtime
 from .settings import CrawlOptions
+from .states import CrawlState
 from .store import FAILURES, PAGES
 from .urls import redact, restore_userinfo
 
-LOST = "lost"  # the crawl state FINISH writes when a crawl's registry is gone or pending fell below 0
+LOST = CrawlState.LOST  # the state FINISH writes when a crawl's registry is gone or pending fell below 0
 SECRET_OPTIONS = ("headers", "cookies", "notify")  # never written to MongoDB; given again on a rebuild
 CHUNK = 1000  # fingerprints or requests per Redis round trip while rebuilding
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from .keys import Keys
 from .models import Fetched, Request
+from .reasons import Reason
 from .runtime import Runtime
 from .settings import CrawlOptions
 
@@ -73,7 +74,7 @@ def remember(rt: Runtime, options: CrawlOptions, crawl_id: str, pages: list[dict
 def not_modified(rt: Runtime, options: CrawlOptions, crawl_id: str, records: list[dict[str, Any]]) -> None:
     """Requests that ended ``not_modified``: their stored pages get a new ``checked_at`` and count as
     visited again; the crawl counts them."""
-    fps = [r["fp"] for r in records if r["reason"] == "not_modified"]
+    fps = [r["fp"] for r in records if r["reason"] == Reason.NOT_MODIFIED]
     if not fps:
         return
     now = datetime.now(UTC).isoformat(timespec="milliseconds")

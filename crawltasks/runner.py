@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .services import open_services, quiet_private_broker
+from .states import CrawlState
 
 
 @dataclass
@@ -28,7 +29,7 @@ class CrawlResult:
 
     @property
     def finished(self) -> bool:
-        return self.stats.get("state") == "finished"
+        return self.stats.get("state") == CrawlState.FINISHED
 
 
 def run(seeds: Any = None, *, data_dir: str | None = None, timeout: float | None = None,

@@ -21,6 +21,7 @@ from .frontier import schedule
 from .keys import Keys
 from .models import Request
 from .runtime import Runtime
+from .states import ENDED, STOPPING
 
 CHUNK = 256  # seeds taken from a generator at a time
 LOW = 64  # the frontier's queued requests under which the feeder takes the next chunk
@@ -104,7 +105,7 @@ class Feeder:
     def _wanted(self) -> bool:
         """False once the crawl ended, is being cancelled, or has scheduled max_pages requests."""
         state = self.rt.state.state_of(self.crawl_id)
-        if state in ("cancelling", "cancelled", "finished"):
+        if state in STOPPING | ENDED:
             return False
         cap = self.rt.options(self.crawl_id).max_pages
         return not cap or self.rt.state.stats(self.crawl_id)["scheduled"] < cap

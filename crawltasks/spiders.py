@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from requests.structures import CaseInsensitiveDict
 
+from .errors import ConfigError, Instruction
 from .models import Request
 from .parse import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
 from .urls import join, without_userinfo
@@ -20,11 +21,11 @@ from .urls import join, without_userinfo
 SPIDERS: dict[str, type[Spider]] = {}
 
 
-class SpiderNotFound(LookupError):
+class SpiderNotFound(ConfigError, LookupError):
     """No spider of that name is registered in the configured modules."""
 
 
-class StopCrawl(Exception):  # noqa: N818 - it is an instruction, not an error
+class StopCrawl(Instruction):  # noqa: N818 - it is an instruction, not an error
     """Raise it from parse() or a hook to stop the whole crawl: it is cancelled on every worker."""
 
 

@@ -11,13 +11,14 @@ import json
 import sys
 from typing import IO, Any
 
+from .errors import SpiderError
 from .guard import private_seed_hosts
 from .models import Request
 from .settings import CrawlOptions
 from .spiders import Response, SiteSpider, Spider
 
 
-class PageError(RuntimeError):
+class PageError(SpiderError, RuntimeError):
     """The page could not be fetched; the message is one line."""
 
 

@@ -12,11 +12,13 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
 
+from .errors import FetchError
+
 FOLLOWED_SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class InvalidURL(ValueError):
+class InvalidURL(FetchError, ValueError):
     """A URL that cannot be fetched; the message says why."""
 
 

@@ -7,16 +7,19 @@ import ast
 import re
 from pathlib import Path
 
-from crawltasks.reasons import REASONS, markdown_table
+from crawltasks.reasons import REASONS, Reason, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 REASON_CALLS = {"_failure", "skip", "fail"}  # (request, reason, message, ...)
 
 
 def _text(node: ast.expr) -> str | None:
-    """A string literal, or an f-string with its fields as <name> (f"http_{status}" -> "http_<status>")."""
+    """A string literal, a ``Reason`` member, or an f-string with its fields as <name>
+    (f"http_{status}" -> "http_<status>")."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "Reason":
+        return Reason[node.attr].value
     if isinstance(node, ast.JoinedStr):
         parts = [v.value if isinstance(v, ast.Constant) else f"<{getattr(v.value, 'id', 'x')}>" for v in node.values]
         return "".join(str(p) for p in parts)

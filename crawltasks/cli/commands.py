@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..services import open_services
+from ..states import CrawlState
 from .parser import UsageError
 
 
@@ -65,7 +66,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     with services(args):
         crawl = existing_crawl(args.crawl_id)
         state = crawl.stats()["state"]
-        if state in ("running", "paused"):
+        if state in (CrawlState.RUNNING, CrawlState.PAUSED):
             raise UsageError(f"crawl {args.crawl_id} is {state}: cancel it first ('crawltasks cancel {args.crawl_id}')")
         if not args.yes and not confirm(f"delete crawl {args.crawl_id} ({state}) and its stored documents? [y/N] "):
             print("not deleted", file=sys.stderr)

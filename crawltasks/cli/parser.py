@@ -6,9 +6,10 @@ import argparse
 import os
 
 from .. import __version__
+from ..errors import ConfigError
 
 
-class UsageError(Exception):
+class UsageError(ConfigError):
     """A mistake on the command line: printed as one line, exit status 2."""
 
 

@@ -9,9 +9,11 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .. import logs
+from ..errors import SpiderError
 from ..models import Fetched, Request
 from ..runtime import Runtime
 from ..spiders import SpiderNotFound
+from ..states import HELD, STOPPING, CrawlState
 from ..urls import redact
 
 IN_TRANSIT = ("ticket", "lease", "body_key", "request", "discovered")  # page fields for the store stage
@@ -23,7 +25,7 @@ def skip(req: Request, reason: str, message: str) -> Fetched:
     return Fetched(request=req, error=reason, message=message, fetched_at=now_iso())
 
 
-class HookFailed(Exception):
+class HookFailed(SpiderError):
     """A spider hook raised (its request ends ``hook_error``; ``parse`` itself: ``spider_error``)."""
 
     def __init__(self, hook: str, error: Exception) -> None:
@@ -56,10 +58,10 @@ def spider_missing(rt: Runtime, crawl_id: str, exc: SpiderNotFound, requests: in
 
 def crawl_is_stopping(rt: Runtime, crawl_id: str, state: str) -> bool:
     """True when the crawl (in ``state``) is cancelled, or just ran past max_run_time (then it is cancelled)."""
-    if state in ("cancelling", "cancelled"):
+    if state in STOPPING:
         return True
     limit = rt.options(crawl_id).max_run_time
-    if limit and state in ("running", "paused"):
+    if limit and state in (CrawlState.RUNNING, CrawlState.PAUSED):
         started = float(rt.state.crawl_meta(crawl_id).get("started_at", time.time()))
         if time.time() - started > limit:
             cancel(rt, crawl_id, f"ran past max_run_time ({limit}s)")
@@ -82,7 +84,7 @@ def record_doc(crawl_id: str, f: Fetched, outcome: str = "failed") -> dict[str, 
 def cancel(rt: Runtime, crawl_id: str, reason: str = "") -> bool:
     """Cancel a crawl: what waits in the frontier ends skipped now, what is in flight when it reaches
     its next stage; the crawl then finishes, cancelled."""
-    changed = rt.state.control(crawl_id, ["running", "paused", "interrupted"], "cancelling")
+    changed = rt.state.control(crawl_id, [CrawlState.RUNNING, *HELD], CrawlState.CANCELLING)
     if changed:
         logs.event("crawl.cancelled", logging.WARNING, crawl_id=crawl_id, reason=reason or None)
     rt.frontier.drop_queued(crawl_id)

@@ -13,7 +13,7 @@ from ..custody import Custody
 from ..frontier import schedule_new
 from ..models import Fetched, Request
 from ..parse import is_html
-from ..reasons import RECORDED_SKIPS, SILENT_SKIPS
+from ..reasons import RECORDED_SKIPS, SILENT_SKIPS, Reason
 from ..recovery import attach_discovered
 from ..runtime import Runtime
 from ..sitemaps import looks_like_sitemap, parse_sitemap
@@ -78,18 +78,18 @@ class _Parse:
             out["skipped"].append([req.ticket, req.lease])
         elif not f.ok:
             out["records"].append(record_doc(self.crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
-            if req.errback and f.error not in RECORDED_SKIPS and f.error != "spider_not_found":
+            if req.errback and f.error not in RECORDED_SKIPS and f.error != Reason.SPIDER_NOT_FOUND:
                 self.failed(f)
         else:
             body = self.bodies.get(f.body_key) if f.body_key else b""
             if body is None and self.rt.state.outcome_of(self.crawl_id, req.ticket):
                 out["skipped"].append([req.ticket, req.lease])  # a replay: stored by the first delivery
             elif body is None:
-                self.fail(f, "body_expired", "the fetched body expired before it was parsed")
+                self.fail(f, Reason.BODY_EXPIRED, "the fetched body expired before it was parsed")
             elif self.custody.lost(req.lease) >= self.options.max_worker_lost:
-                self.fail(f, "worker_lost", lost_message(self.custody.lost(req.lease)))
+                self.fail(f, Reason.WORKER_LOST, lost_message(self.custody.lost(req.lease)))
             elif (spider := self.spider()) is None:
-                self.fail(f, "spider_not_found", self.missing or "")
+                self.fail(f, Reason.SPIDER_NOT_FOUND, self.missing or "")
             else:
                 self.page(f, body, spider)
 
@@ -145,13 +145,13 @@ class _Parse:
             cancel(self.rt, self.crawl_id, str(exc))
             kept = True
         except HookFailed as exc:
-            return self.fail(f, "hook_error", hook_failed(self.rt, self.crawl_id, exc.hook, f.url, exc.error))
+            return self.fail(f, Reason.HOOK_ERROR, hook_failed(self.rt, self.crawl_id, exc.hook, f.url, exc.error))
         except Exception as exc:  # user code: its failure is this request's, not the worker's
             logs.event("spider.error", logging.WARNING, crawl_id=self.crawl_id, url=f.url,
                        spider=self.options.spider, message=f"{type(exc).__name__}: {exc}")
-            return self.fail(f, "spider_error", f"{type(exc).__name__}: {exc}")
+            return self.fail(f, Reason.SPIDER_ERROR, f"{type(exc).__name__}: {exc}")
         if not kept:
-            return self.fail(f, "skipped_by_hook", "after_response returned None", "skipped")
+            return self.fail(f, Reason.SKIPPED_BY_HOOK, "after_response returned None", "skipped")
         self.parsed += page.pop("_parsed", 0)
         if self.options.store_html or spider.store_html:
             page["body_key"] = f.body_key

@@ -10,6 +10,7 @@ from ..custody import Custody
 from ..itempipes import close_chain, run_items
 from ..keys import Keys
 from ..models import Fetched, Request
+from ..reasons import Reason
 from ..runtime import Runtime
 from ..spiders import Spider, SpiderNotFound, StopCrawl
 from ..store import FAILURES, ITEMS, PAGES
@@ -59,14 +60,15 @@ def _part(parsed: dict[str, Any], leases: set[str], first: bool) -> dict[str, An
 def _store_part(rt: Runtime, crawl_id: str, batch: dict[str, Any], custody: Custody) -> bool:
     """Hooks, bulk writes, then the requests finished. True if the crawl just finished."""
     storage, state, options = rt.storage, rt.state, rt.options(crawl_id)
-    ended = {p["ticket"]: Ending(reason="worker_lost", message=lost_message(custody.lost(p["lease"])))
+    ended = {p["ticket"]: Ending(reason=Reason.WORKER_LOST, message=lost_message(custody.lost(p["lease"])))
              for p in batch["pages"] if custody.lost(p["lease"]) >= options.max_worker_lost}
     spider = None
     if batch["items"] or len(ended) < len(batch["pages"]):
         try:
             spider = rt.spider(crawl_id)
         except SpiderNotFound as exc:
-            missing = Ending(reason="spider_not_found", message=spider_missing(rt, crawl_id, exc, len(batch["pages"])))
+            message = spider_missing(rt, crawl_id, exc, len(batch["pages"]))
+            missing = Ending(reason=Reason.SPIDER_NOT_FOUND, message=message)
             ended = {p["ticket"]: ended.get(p["ticket"], missing) for p in batch["pages"]}
     pages, items = _before_store(rt, crawl_id, spider, batch, ended) if spider else ({}, [])
     if spider is not None:
@@ -130,7 +132,7 @@ def _guarded_before_store(rt: Runtime, crawl_id: str, spider: Spider, kind: str,
     except Exception as exc:  # user code: its failure is this request's, not the worker's
         message = hook_failed(rt, crawl_id, f"before_store({kind})", doc.get("url"), exc)
         if ticket:
-            ended.setdefault(ticket, Ending(reason="hook_error", message=message))
+            ended.setdefault(ticket, Ending(reason=Reason.HOOK_ERROR, message=message))
         return None
 
 

@@ -15,6 +15,7 @@ from ..crawl import Crawl
 from ..monitor import crawl_hosts, eta_seconds, failure_counts, host_states
 from ..runtime import Runtime
 from ..series import WIDTH, Bucket, Window, clip, life
+from ..states import ENDED, CrawlState
 from ..store import ITEMS, PAGES
 from ..urls import host_key, redact
 
@@ -28,7 +29,6 @@ COUNTERS = ("scheduled", "stored", "failed", "skipped", "pending", "fetched", "p
             "filtered", "retried", "reclaimed", "redriven", "hook_errors")
 SHOWN_OPTIONS = ("spider", "max_depth", "host_concurrency", "host_delay", "obey_robots", "dedupe", "batch_size",
                  "max_pages", "retention")  # never headers, cookies or the webhook URL
-ENDED = ("finished", "cancelled")
 
 
 @dataclass
@@ -66,8 +66,8 @@ class Row:
 
 def make_row(stats: dict[str, Any], window: Window, spider: str) -> Row:
     """A Row from ``Crawl.stats()`` and the crawl's recent outcomes."""
-    state = str(stats.get("state", "unknown"))
-    running = state == "running"
+    state = str(stats.get("state", CrawlState.UNKNOWN))
+    running = state == CrawlState.RUNNING
     elapsed = stats.get("elapsed")
     pending = int(stats.get("pending", 0))
     done_rate = window.rate("done") if running else None

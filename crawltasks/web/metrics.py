@@ -20,6 +20,7 @@ from ..crawl import Crawl
 from ..monitor import crawl_hosts, failure_counts, host_states
 from ..reasons import RECORDED_SKIPS
 from ..runtime import Runtime
+from ..states import CrawlState
 from .data import NOW_WINDOW, spider_of
 from .security import BaseHandler
 
@@ -103,7 +104,7 @@ class CrawlCollector:
         for reason, n in self.failures(crawl_id).items():
             failed.add_metric([crawl_id, reason], n)
         sizes = rt.frontier.sizes(crawl_id)
-        running = stats.get("state") == "running"
+        running = stats.get("state") == CrawlState.RUNNING
         hosts = crawl_hosts(rt, crawl_id, [], {}) if not stats.get("finished_at") else set()
         values = {"pending": int(stats.get("pending", 0)), "queued": sizes.queued, "in_flight": sizes.claimed,
                   "rate": rate if running else 0.0, "started": float(stats.get("started_at") or 0),
