@@ -2,37 +2,31 @@
 
 ``snapshot`` reads one crawl's counters (Redis), failures by reason (Mongo) and the shared per-host
 gate (Redis); ``render`` turns it into a rich view; ``watch`` keeps that view live until the crawl
-finishes (``crawltasks stats ID --watch``); ``render_list`` is ``crawltasks list``; ``CrawlProgress``
-is the progress bar of ``crawltasks crawl``. Everything here only reads, so it is safe to run from
+finishes (``crawltasks stats ID --watch``); ``render_list`` is ``crawltasks list`` (the bar of ``crawltasks crawl``
+is in ``progress.py``). Everything here only reads, so it is safe to run from
 any machine that reaches the crawl's Redis and Mongo, as often as you like.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from . import runtime
-from .keys import Keys
+from .progress import OVER, RateMeter, average_rate, eta_seconds, human_seconds
 from .runtime import Runtime
-from .states import ENDED, CrawlState
+from .states import CrawlState
 from .urls import host_key, redact
 
-OVER = ENDED | {CrawlState.LOST}  # a view of the crawl stops following it then
-
-RATE_WINDOW = 10.0  # seconds of samples behind the "recent" pages/s
 MAX_HOSTS = 12  # rows of the per-host table; the busiest first
 STATE_STYLE = {CrawlState.RUNNING: "bold yellow", CrawlState.FINISHED: "bold green", CrawlState.UNKNOWN: "dim",
                CrawlState.LOST: "bold red"}
@@ -85,62 +79,6 @@ class Snapshot:
         return sum(h.in_flight for h in self.hosts)
 
 
-class RateMeter:
-    """Pages per second over a recent window, from successive counter readings (no clocks in Redis)."""
-
-    def __init__(self, window: float = RATE_WINDOW) -> None:
-        self.window = window
-        self.samples: deque[tuple[float, int]] = deque()
-
-    def add(self, value: int, at: float | None = None) -> float | None:
-        """Record a reading; returns the recent rate, or None until two readings span some time."""
-        at = time.monotonic() if at is None else at
-        self.samples.append((at, value))
-        while len(self.samples) > 2 and at - self.samples[1][0] >= self.window:
-            self.samples.popleft()
-        return self.rate
-
-    @property
-    def rate(self) -> float | None:
-        if len(self.samples) < 2:
-            return None
-        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
-        if t1 - t0 <= 0:
-            return None
-        return max(0.0, (v1 - v0) / (t1 - t0))
-
-
-def average_rate(stats: dict[str, Any]) -> float:
-    """Stored pages per second since the crawl started."""
-    elapsed = float(stats.get("elapsed") or 0)
-    return int(stats.get("stored", 0)) / elapsed if elapsed > 0 else 0.0
-
-
-def eta_seconds(pending: int, rate: float | None) -> float | None:
-    """Time to finish the URLs known so far at ``rate`` outcomes/s; None when it cannot be told.
-
-    A crawl discovers URLs as it goes, so this is a lower bound that moves, not a promise.
-    """
-    if pending <= 0:
-        return 0.0
-    if not rate or rate <= 0:
-        return None
-    return pending / rate
-
-
-def human_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
 # --- reading ---------------------------------------------------------------------------------------
 def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
     """Final failures by reason, most frequent first (one aggregation in Mongo)."""
@@ -149,24 +87,10 @@ def failure_counts(rt: Runtime, crawl_id: str) -> dict[str, int]:
 
 
 def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> list[HostState]:
-    """In-flight leases and remaining delay of each host, read with Redis' own clock."""
+    """In-flight leases, remaining delay and back-off of each host, as the shared gate sees them now."""
     hosts = sorted(set(hosts))
-    if not hosts:
-        return []
-    r = rt.state.r
-    secs, micros = r.time()
-    now_ms = secs * 1000 + micros // 1000
-    pipe = r.pipeline(transaction=False)
-    for host in hosts:
-        pipe.zcount(Keys.host_slots(host), f"({now_ms}", "+inf")
-        pipe.get(Keys.host_next(host))
-        pipe.get(Keys.host_backoff(host))
-    replies = pipe.execute()
-    out = []
-    for i, host in enumerate(hosts):
-        in_flight, nxt, backoff = int(replies[3 * i]), replies[3 * i + 1], replies[3 * i + 2]
-        wait = max(0.0, (int(nxt) - now_ms) / 1000.0) if nxt else 0.0
-        out.append(HostState(host, in_flight, wait, limit, int(float(backoff or 0)) / 1000.0))
+    out = [HostState(host, load.in_flight, load.wait, limit, load.backoff)
+           for host, load in zip(hosts, rt.gate.view(hosts), strict=True)]
     out.sort(key=lambda h: (-h.in_flight, -h.wait, h.host))
     return out
 
@@ -351,73 +275,3 @@ def plain_list(rows: list[dict[str, Any]]) -> str:
                      f"{_count(r.get('pending')):>8} {r.get('pages_per_s', 0):>8.1f}"
                      + (f"  {r['stalled']}" if r.get("stalled") else ""))
     return "\n".join(lines)
-
-
-# --- the progress bar of `crawltasks crawl` -------------------------------------------------------
-def progress_line(stats: dict[str, Any], rate: float | None, done_rate: float | None = None) -> str:
-    """The same numbers as the bar, as one line (for logs and pipes)."""
-    done = int(stats.get("stored", 0)) + int(stats.get("failed", 0)) + int(stats.get("skipped", 0))
-    pending = int(stats.get("pending", 0))
-    shown = rate if rate is not None else average_rate(stats)
-    return (f"{stats.get('crawl_id')}: {done}/{stats.get('scheduled', 0)} done  stored {stats.get('stored', 0)}  "
-            f"failed {stats.get('failed', 0)}  in flight {pending}  {shown:.1f} pages/s  "
-            f"ETA {human_seconds(eta_seconds(pending, done_rate if done_rate is not None else rate))}"
-            + (f"  {stats['stalled']}" if stats.get("stalled") else ""))
-
-
-class CrawlProgress:
-    """A progress callback for ``Crawl.wait``: a rich bar on a terminal, a line every few seconds otherwise.
-
-    Use as a context manager; call the instance with each ``Crawl.stats()`` reading.
-    """
-
-    def __init__(self, quiet: bool = False, stream: TextIO | None = None, line_every: float = 5.0) -> None:
-        self.quiet = quiet
-        self.stream = stream or sys.stderr
-        self.line_every = line_every
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.meter = RateMeter()
-        self.done_meter = RateMeter()
-        self._last_line = 0.0
-        self._progress: Progress | None = None
-        self._task: Any = None
-
-    def __enter__(self) -> Callable[[dict[str, Any]], None]:
-        if not self.quiet and self.tty:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("{task.completed}/{task.total} done"),
-                TextColumn("stored {task.fields[stored]}  failed {task.fields[failed]}  "
-                           "in flight {task.fields[pending]}"),
-                TextColumn("{task.fields[rate]} pages/s  ETA {task.fields[eta]}"),
-                console=Console(file=self.stream), transient=False, refresh_per_second=4,
-            )
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-    def __call__(self, stats: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        rate = self.meter.add(int(stats.get("stored", 0)))
-        done = int(stats.get("stored", 0)) + int(stats.get("failed", 0)) + int(stats.get("skipped", 0))
-        done_rate = self.done_meter.add(done)
-        pending = int(stats.get("pending", 0))
-        if self._progress is not None:
-            fields = dict(stored=stats.get("stored", 0), failed=stats.get("failed", 0), pending=pending,
-                          rate=f"{rate:.1f}" if rate is not None else "-",
-                          eta=stats.get("stalled") or human_seconds(eta_seconds(pending, done_rate)))
-            if self._task is None:
-                self._task = self._progress.add_task(str(stats.get("crawl_id")), total=stats.get("scheduled") or 1,
-                                                     completed=done, **fields)
-            else:
-                self._progress.update(self._task, total=max(1, int(stats.get("scheduled", 0))), completed=done,
-                                      **fields)
-            return
-        now = time.monotonic()
-        if now - self._last_line >= self.line_every or stats.get("state") in OVER:
-            self._last_line = now
-            print(progress_line(stats, rate, done_rate), file=self.stream, flush=True)

@@ -100,7 +100,7 @@ def finish_event(rt: Runtime, crawl_id: str) -> str | None:
 def finish_payload(rt: Runtime, crawl_id: str) -> dict[str, Any]:
     """What a finished crawl's webhook receives: its counters, failures by reason and a line of text."""
     from .crawl import Crawl
-    from .monitor import average_rate, human_seconds
+    from .progress import average_rate, human_seconds
 
     stats = Crawl(crawl_id, rt).stats()
     reasons = _failure_counts(rt, crawl_id)

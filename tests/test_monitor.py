@@ -15,11 +15,7 @@ from rich.console import Console
 from crawltasks import logs, start_crawl
 from crawltasks.keys import Keys
 from crawltasks.monitor import (
-    CrawlProgress,
-    RateMeter,
-    eta_seconds,
     host_states,
-    human_seconds,
     list_rows,
     render,
     render_list,
@@ -27,6 +23,7 @@ from crawltasks.monitor import (
     snapshot,
     watch,
 )
+from crawltasks.progress import CrawlProgress, RateMeter, eta_seconds, human_seconds
 from crawltasks.urls import host_key
 
 from .sites import FAST, html, page, serve
@@ -196,7 +193,7 @@ def test_line_formatter_keeps_tracebacks_for_bugs_only():
 def test_host_state_shows_a_host_backing_off(rt):
     host = f"monitor-{uuid.uuid4().hex[:6]}.invalid:80"
     try:
-        rt.state.host_feedback(host, slow=True, wait=0.0)  # the core's own 429/503 transition
+        rt.gate.feedback(host, slow=True, wait=0.0)  # the core's own 429/503 transition
         [state] = host_states(rt, [host], limit=2)
         assert state.backoff == 1.0 and state.label == "backing off" and state.wait > 0
     finally:

@@ -113,7 +113,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
 
                 dashboard = for_crawl(crawl.rt, crawl.id, args.web_port)
             from ..localworkers import WorkersGone
-            from ..monitor import CrawlProgress
+            from ..progress import CrawlProgress
 
             try:
                 with CrawlProgress(quiet=args.quiet) as progress:

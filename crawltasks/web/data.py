@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..crawl import Crawl
-from ..monitor import crawl_hosts, eta_seconds, failure_counts, host_states
+from ..monitor import crawl_hosts, failure_counts, host_states
+from ..progress import eta_seconds
 from ..runtime import Runtime
 from ..series import WIDTH, Bucket, Window, clip, life
 from ..states import ENDED, CrawlState
