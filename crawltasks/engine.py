@@ -32,7 +32,7 @@ from .fetch import fetch_one
 from .liveness import BEAT_EVERY, dead_after
 from .models import PRIORITIES, Fetched, Request
 from .outbox import Outbox, ResultSender, now_iso
-from .politeness import HostGate, host_policy
+from .politeness import CrawlGate, host_policy
 from .reasons import Reason
 from .robots import DENY, Robots, origin_of
 from .runtime import Runtime
@@ -91,7 +91,7 @@ class FetchEngine:
         self.blocked: dict[tuple[str, str], list[Job]] = defaultdict(list)  # (crawl, origin) -> jobs
         self.look_at: dict[tuple[str, str], float] = {}  # robots.txt fetched elsewhere: look again then
         self.outbox = Outbox(rt, send_results)
-        self.gates: dict[str, HostGate] = {}
+        self.gates: dict[str, CrawlGate] = {}
         self.robots: dict[str, Robots] = {}
         self.done_slots: list[tuple[str, str]] = []
         self.high_at: dict[str, float] = {}  # host -> when a high-priority request of it last started
@@ -197,12 +197,12 @@ class FetchEngine:
             robots = self.robots[crawl_id] = Robots(self.rt.state, self._options(crawl_id))
         return robots
 
-    def _gate(self, crawl_id: str) -> HostGate:
+    def _gate(self, crawl_id: str) -> CrawlGate:
         gate = self.gates.get(crawl_id)
         if gate is None:
             options = self._options(crawl_id)
             crawl_delay = self._robots(crawl_id).crawl_delay if options.obey_robots else None
-            gate = self.gates[crawl_id] = HostGate(self.rt.state, options, crawl_delay, crawl_id)
+            gate = self.gates[crawl_id] = CrawlGate(self.rt.gate, options, crawl_delay, crawl_id)
         return gate
 
     # --- admitting, robots.txt ------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class FetchEngine:
             room -= asks[-1].want
         if not asking and not self.done_slots:
             return
-        replies = self.rt.state.exchange_slots(self.done_slots, asks, self.owner, dead_after())
+        replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after())
         self.done_slots = []
         granted_at = time.monotonic()
         for key, ask, (tokens, wait_s, backoff_s) in zip(asking, asks, replies, strict=True):
@@ -339,7 +339,7 @@ class FetchEngine:
             if delay > 0 and now - mark[0] > START_SLACK:
                 mark[0] = now  # the host's next start is now + delay, or later if the call is slow
                 try:
-                    self.rt.state.host_started(host, delay)
+                    self.rt.gate.started(host, delay)
                 except redis.RedisError as exc:  # the request is not at fault: it goes on
                     log.warning("could not move %s's next start: %r", host, exc)
         return started

@@ -36,7 +36,7 @@ class Keys:
         return f"{PREFIX}:{{{crawl_id}}}:outcome"
 
     @staticmethod
-    def body(crawl_id: str, ticket: str) -> str:  # LZ4-framed response body (see pack_body), with a TTL
+    def body(crawl_id: str, ticket: str) -> str:  # LZ4-framed response body (backends.redis.bodies), with a TTL
         return f"{PREFIX}:{{{crawl_id}}}:body:{ticket}"
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""The Lua scripts behind ``crawltasks.redisstate``: each is one atomic state transition.
+"""The Lua scripts behind ``crawltasks.redisstate`` and the shared per-host gate
+(``backends.redis.gate``): each is one atomic state transition.
 
 Kept apart from the Python that calls them so each side stays readable; key names are built in
 ``crawltasks.keys`` and passed in as KEYS.

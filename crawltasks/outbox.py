@@ -106,7 +106,7 @@ class Outbox:
             options = self.rt.options(crawl_id)
             if not everything and len(box.results) < options.batch_size and now - box.since < FLUSH_AFTER:
                 continue
-            keys = self.rt.state.park_bodies(crawl_id, box.bodies, options.body_ttl)
+            keys = self.rt.bodies.park(crawl_id, box.bodies, options.body_ttl)
             for result in box.results:
                 result.body_key = keys.get(result.request.ticket) if result.ok else None
             self.rt.state.incr(crawl_id, **box.counts)

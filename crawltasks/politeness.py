@@ -1,7 +1,8 @@
 """Per-host politeness shared by every worker: parallel slots, delays, random delays, per-host rules,
-robots.txt Crawl-delay, and back-off on 429/503. The state is in Redis (``RedisState``); this module
-decides the limits. The frontier paces what it hands out by them, and a fetch engine takes a slot
-of the shared gate right before each request starts, so the spacing holds where the site sees it."""
+robots.txt Crawl-delay, and back-off on 429/503. The state is the shared gate (the ``HostGate`` port,
+in Redis: ``backends.redis.gate``); this module decides the limits. The frontier paces what it hands
+out by them, and a fetch engine takes a slot of the shared gate right before each request starts, so
+the spacing holds where the site sees it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from . import logs
 from .hostqueues import HostPolicy
 from .models import Fetched
-from .redisstate import RedisState, SlotRequest
+from .ports import HostGate, SlotRequest
 from .settings import CrawlOptions
 
 GATE_MARGIN = 0.01  # seconds the shared gate adds to a host's delay
@@ -57,14 +58,14 @@ def host_policy(host: str, options: CrawlOptions, robots_delay: float | None = N
     return HostPolicy(limits.concurrency, delay, limits.random_delay)
 
 
-class HostGate:
-    """Takes and gives back a host's shared slots, and reports how the host answered."""
+class CrawlGate:
+    """One crawl's use of the shared gate: what to ask for under its limits, and how hosts answered."""
 
-    def __init__(self, state: RedisState, options: CrawlOptions, crawl_delay=None,
+    def __init__(self, gate: HostGate, options: CrawlOptions, crawl_delay=None,
                  crawl_id: str | None = None) -> None:
-        self.state = state
+        self.gate = gate
         self.crawl_id = crawl_id
-        self.backed_off: dict[str, bool] = {}  # as of the last answer from Redis about the host
+        self.backed_off: dict[str, bool] = {}  # as of the gate's last answer about the host
         self.options = options
         self.crawl_delay = crawl_delay  # callable(host) -> robots.txt Crawl-delay seconds or None
 
@@ -86,11 +87,11 @@ class HostGate:
         if result.status in SLOW_STATUSES:
             # a hostile Retry-After (an hour, a date years ahead) holds the host no longer than this
             hold = min(result.retry_after or 0.0, self.options.max_retry_after)
-            extra = self.state.host_feedback(host, slow=True, wait=hold)
+            extra = self.gate.feedback(host, slow=True, wait=hold)
             self.backed_off[host] = True
             logs.host_backoff(self.crawl_id, host, max(extra, hold), f"http_{result.status}",
                               result.request.url)
             return max(extra, hold)
         if result.ok and self.backed_off.get(host, True) and random.random() < 0.2:
-            self.backed_off[host] = self.state.host_feedback(host, slow=False) > 0
+            self.backed_off[host] = self.gate.feedback(host, slow=False) > 0
         return 0.0

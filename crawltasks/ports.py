@@ -10,12 +10,19 @@ policy on the twin says what the real thing does.
 - ``Storage`` (below): pages, items and failure records, one document per (crawl_id, fp), and one
   record per crawl. Real: ``store.MongoStorage``; twin: ``backends.memory.storage.MemoryStorage``;
   contract: ``tests/test_storage_contract.py``.
+- ``BodyStore`` (below): fetched bodies parked for their parse and store tasks, with a TTL. Real:
+  ``backends.redis.bodies.RedisBodies``; twin: ``backends.memory.bodies.MemoryBodies``; contract:
+  ``tests/test_bodies_contract.py``.
+- ``HostGate`` (below): every worker's slots of a host, its delay and back-off. Real:
+  ``backends.redis.gate.RedisGate``; twin: ``backends.memory.gate.MemoryGate``; contract:
+  ``tests/test_gate_contract.py``. (``politeness.CrawlGate`` is one crawl's use of it.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import requests
 
@@ -107,4 +114,95 @@ class Storage(Protocol):
         """``_id`` and ``started_at`` of the records never marked finished."""
 
 
-__all__ = ["Frontier", "Storage", "Transport"]
+class BodyStore(Protocol):
+    """Where a fetched body waits for its parse and store tasks: a broker message carries only its key.
+    A body expires ``ttl`` seconds after it was parked (its request then fails ``body_expired``)."""
+
+    def key(self, crawl_id: str, ticket: str) -> str:
+        """The key ``park`` gives the body of ``ticket`` (a stale delivery recognises the refetch's)."""
+
+    def park(self, crawl_id: str, bodies: dict[str, bytes], ttl: int) -> dict[str, str]:
+        """Keep bodies (ticket -> bytes) for ``ttl`` seconds (> 0), replacing any under the same
+        keys, in one call; returns ticket -> key."""
+
+    def load(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The bodies under ``keys``, in order, in one call; None for one dropped or expired."""
+
+    def drop(self, keys: Sequence[str]) -> None:
+        """Forget bodies (their page is stored); unknown keys are ignored."""
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """Up to ``want`` slots of ``host`` under its limits: at most ``limit`` in flight, ``delay``
+    seconds between starts; a slot not given back is freed after ``lease`` seconds."""
+
+    host: str
+    want: int
+    limit: int
+    delay: float
+    lease: float = 120.0
+
+
+class Grant(NamedTuple):
+    """The answer to one ``SlotRequest``."""
+
+    tokens: list[str]  # the slots granted: give each back with its host
+    wait: float  # seconds to wait before asking again, when none was granted
+    backoff: float  # the host's extra delay in seconds (only a backed-off host is told of good answers)
+
+
+class HostLoad(NamedTuple):
+    """How a host's gate looks now (the monitor's hosts table)."""
+
+    in_flight: int  # slots held and not expired
+    wait: float  # seconds until the next start may be granted (0: now)
+    backoff: float  # extra seconds between starts after 429/503 answers
+
+
+class HostGate(Protocol):
+    """The politeness gate of every host, shared by every worker and crawl: a start needs a slot.
+
+    A host has at most ``limit`` slots held; with a delay (the request's, plus the back-off) one slot
+    at a time is granted and the next not before ``delay`` later. A slot ends when given back, when
+    its lease runs out, or, taken for an ``owner`` (tokens "<owner>|..."), when the host is full and
+    that owner has not beaten its heartbeat for ``dead_after`` seconds. A slow answer (429/503)
+    doubles the host's back-off (1 s to 5 min) and holds the host for it (or the Retry-After); good
+    answers halve it, it is gone under 0.1 s and ten times its length (10 s at least) after the last
+    slow answer. Times are the gate's own clock. The convenience methods below are built on
+    ``exchange``; implementations inherit them."""
+
+    def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
+                 owner: str = "", dead_after: float = 10.0) -> list[Grant]:
+        """Give back (host, token) slots, then answer each request in turn, all in one call."""
+        ...
+
+    def feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
+        """How the host answered (slow: 429/503, ``wait`` its Retry-After); returns its back-off in s."""
+        ...
+
+    def started(self, host: str, delay: float) -> None:
+        """A request of the host started only now: its next start waits ``delay`` from now, at least."""
+        ...
+
+    def view(self, hosts: Sequence[str]) -> list[HostLoad]:
+        """How each of ``hosts`` looks now, in order."""
+        ...
+
+    def acquire(self, host: str, want: int, limit: int, delay: float,
+                lease: float = 120.0) -> tuple[list[str], float]:
+        """Up to ``want`` of host's slots: (tokens granted, seconds to wait if none)."""
+        [(tokens, wait, _)] = self.exchange([], [SlotRequest(host, want, limit, delay, lease)])
+        return tokens, wait
+
+    def acquire_one(self, host: str, limit: int, delay: float, lease: float = 120.0) -> tuple[str | None, float]:
+        """One of host's slots: (token, 0), else (None, seconds to wait)."""
+        tokens, wait = self.acquire(host, 1, limit, delay, lease)
+        return (tokens[0], 0.0) if tokens else (None, wait)
+
+    def release(self, slots: Iterable[tuple[str, str]]) -> None:
+        """Give back (host, token) slots in one call."""
+        self.exchange(list(slots), [])
+
+
+__all__ = ["BodyStore", "Frontier", "Grant", "HostGate", "HostLoad", "SlotRequest", "Storage", "Transport"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import redis
 
 from . import frontierlua
+from .backends.redis.scripts import register
 from .bloom import BloomFilter
 from .hostqueues import NEW, PRIORITY_CODES, PRIORITY_NAMES, Caps, HostPolicy, Sizes, Taken, encode
 from .keys import Keys
@@ -28,16 +29,11 @@ class RedisFrontier:
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._schedule = client.register_script(frontierlua.SCHEDULE)
-        self._take = client.register_script(frontierlua.TAKE)
-        self._claim = client.register_script(frontierlua.CLAIM)
-        self._take_up = client.register_script(frontierlua.TAKE_UP)
-        self._mark = client.register_script(frontierlua.MARK)
-        self._fetched = client.register_script(frontierlua.FETCHED)
-        self._give_back = client.register_script(frontierlua.GIVE_BACK)
-        self._hold = client.register_script(frontierlua.HOLD)
-        self._expired = client.register_script(frontierlua.EXPIRED)
-        self._drop = client.register_script(frontierlua.DROP_QUEUED)
+        (self._schedule, self._take, self._claim, self._take_up, self._mark, self._fetched, self._give_back,
+         self._hold, self._expired, self._drop) = register(
+            client, frontierlua.SCHEDULE, frontierlua.TAKE, frontierlua.CLAIM, frontierlua.TAKE_UP,
+            frontierlua.MARK, frontierlua.FETCHED, frontierlua.GIVE_BACK, frontierlua.HOLD,
+            frontierlua.EXPIRED, frontierlua.DROP_QUEUED)
         self._token = secrets.token_hex(3)  # leases taken here: "<token>.<seq>.<n>", unique across takers
 
     def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None,

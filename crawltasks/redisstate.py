@@ -1,45 +1,28 @@
-"""The crawl state crawltasks keeps in Redis: the crawl registry, the dedupe set, the counters, parked
-bodies and the shared per-host gate (key names: ``crawltasks.keys``). Each state transition is one
-Lua script (in ``crawltasks.lua``), so it is atomic across workers.
+"""The crawl state crawltasks keeps in Redis: the crawl registry, the dedupe set, the counters,
+retention, visits, monitoring and control (key names: ``crawltasks.keys``). Each state transition is
+one Lua script (in ``crawltasks.lua``), so it is atomic across workers. Parked bodies and the shared
+per-host gate are ports of their own (``backends.redis.bodies``, ``backends.redis.gate``).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import time
-import uuid
-import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import lz4.frame
 import redis
 
 from . import lua, series
+from .backends.redis.scripts import register
 from .bloom import BloomFilter
 from .keys import PREFIX, Keys
 from .settings import default_retention
+from .states import CrawlState
 
 MAX_CONNECTIONS = 2048  # Redis connections one process's client may open (they are made only as needed)
 SUMMARY_FACTOR = 10  # a finished crawl's meta and stats outlive the rest of its state this many times
 PRUNE_BATCH = 100  # oldest entries of the crawl registry checked for an expired summary at each finish
-
-LZ4_MAGIC = b"\x04\x22\x4d\x18"
-
-
-def pack_body(body: bytes) -> bytes:
-    """A body as parked in Redis: an LZ4 frame. LZ4 costs a fifth of zlib's CPU (measured on 12 KB
-    pages: 31 us to pack and unpack against 159 us at zlib level 1) and still halves the memory."""
-    return lz4.frame.compress(body)
-
-
-def unpack_body(data: bytes) -> bytes:
-    """The body parked by ``pack_body``, or by earlier versions (zlib) during a rolling upgrade."""
-    return lz4.frame.decompress(data) if data.startswith(LZ4_MAGIC) else zlib.decompress(data)
-
 
 # Counters of one crawl. Invariant: scheduled == stored + failed + skipped + pending.
 COUNTERS = (
@@ -49,39 +32,13 @@ COUNTERS = (
 OUTCOMES = ("stored", "failed", "skipped")
 
 
-_tokens = itertools.count()
-_TOKEN_PREFIX = uuid.uuid4().hex[:12]
-
-
-def _token() -> str:
-    """A slot token unique across processes and machines, without a system call per token."""
-    return f"{_TOKEN_PREFIX}:{os.getpid()}:{next(_tokens)}"
-
-
-@dataclass(frozen=True)
-class SlotRequest:
-    """Up to ``want`` slots of ``host`` under its limits (see ``RedisState.exchange_slots``)."""
-
-    host: str
-    want: int
-    limit: int
-    delay: float
-    lease: float = 120.0
-
-
 class RedisState:
     """The crawl state of one Redis server."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._finish = client.register_script(lua.FINISH)
-        self._acquire_host = client.register_script(lua.ACQUIRE_HOST)
-        self._host_feedback = client.register_script(lua.HOST_FEEDBACK)
-        self._host_started = client.register_script(lua.HOST_STARTED)
-        self._control = client.register_script(lua.CONTROL)
-        self._redrive = client.register_script(lua.REDRIVE)
-        self._retire = client.register_script(lua.RETIRE)
-        self._reopen = client.register_script(lua.REOPEN)
+        self._finish, self._control, self._redrive, self._retire, self._reopen = register(
+            client, lua.FINISH, lua.CONTROL, lua.REDRIVE, lua.RETIRE, lua.REOPEN)
 
     @classmethod
     def from_url(cls, url: str) -> RedisState:
@@ -96,7 +53,7 @@ class RedisState:
         created = self.r.hsetnx(Keys.meta(crawl_id), "started_at", now)
         if created:
             self.r.hset(Keys.meta(crawl_id), mapping={
-                "options": json.dumps(options), "state": "running", "seeds": json.dumps(list(seeds)),
+                "options": json.dumps(options), "state": CrawlState.RUNNING, "seeds": json.dumps(list(seeds)),
             })
             self.r.zadd(Keys.crawls, {crawl_id: now})
             self.r.sadd(Keys.active, crawl_id)
@@ -327,84 +284,6 @@ class RedisState:
     def mark_of(self, crawl_id: str, event: str) -> str | None:
         value = self.r.get(Keys.notified(crawl_id, event))
         return value.decode() if value is not None else None
-
-    # --- parked bodies --------------------------------------------------------------------------
-    def park_bodies(self, crawl_id: str, bodies: dict[str, bytes], ttl: int) -> dict[str, str]:
-        """Store bodies (ticket -> bytes) compressed with a TTL, in one round trip; returns ticket -> key."""
-        keys = {ticket: Keys.body(crawl_id, ticket) for ticket in bodies}
-        if bodies:
-            pipe = self.r.pipeline(transaction=False)
-            for ticket, body in bodies.items():
-                pipe.set(keys[ticket], pack_body(body), ex=ttl)
-            pipe.execute()
-        return keys
-
-    def load_bodies(self, keys: Sequence[str]) -> list[bytes | None]:
-        if not keys:
-            return []
-        return [unpack_body(v) if v is not None else None for v in self.r.mget(keys)]
-
-    def drop_bodies(self, keys: Sequence[str]) -> None:
-        if keys:
-            self.r.delete(*keys)
-
-    # --- shared per-host gate -------------------------------------------------------------------
-    def acquire_slots(self, host: str, want: int, limit: int, delay: float,
-                      lease: float = 120.0) -> tuple[list[str], float]:
-        """Take up to ``want`` of host's slots in one call: (tokens granted, seconds to wait if none)."""
-        [(tokens, wait, _)] = self.exchange_slots([], [SlotRequest(host, want, limit, delay, lease)])
-        return tokens, wait
-
-    def acquire_host(self, host: str, limit: int, delay: float, lease: float = 120.0) -> tuple[str | None, float]:
-        """Try to take one of host's slots. Returns (token, 0) on success, else (None, seconds to wait)."""
-        tokens, wait = self.acquire_slots(host, 1, limit, delay, lease)
-        return (tokens[0], 0.0) if tokens else (None, wait)
-
-    def release_host(self, host: str, token: str) -> None:
-        self.r.zrem(Keys.host_slots(host), token)
-
-    def release_slots(self, slots: Iterable[tuple[str, str]]) -> None:
-        """Give back (host, token) slots in one round trip."""
-        self.exchange_slots(list(slots), [])
-
-    def exchange_slots(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
-                       owner: str = "", dead_after: float = 10.0) -> list[tuple[list[str], float, float]]:
-        """Give back (host, token) slots and ask for new ones, all in one round trip. For each request:
-        (tokens granted, seconds to wait when none was, the host's back-off in seconds). Slots taken
-        for a heart-beating ``owner`` are freed by others once it is silent for ``dead_after`` s."""
-        if not release and not requests:
-            return []
-        prefix = f"{owner}|" if owner else ""
-        asks = [(req, [prefix + _token() for _ in range(max(1, req.want))]) for req in requests]
-        for attempt in (1, 2):
-            pipe = self.r.pipeline(transaction=False)
-            for host, token in release:
-                pipe.zrem(Keys.host_slots(host), token)
-            for req, tokens in asks:  # EVALSHA by hand: a pipelined Script call costs a SCRIPT EXISTS
-                pipe.evalsha(self._acquire_host.sha, 4, Keys.host_slots(req.host), Keys.host_next(req.host),
-                             Keys.host_backoff(req.host), Keys.workers, req.limit, int(req.delay * 1000),
-                             int(req.lease * 1000), int(dead_after * 1000), *tokens)
-            try:
-                replies = pipe.execute()
-                break
-            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis: load it, ask again
-                if attempt == 2:
-                    raise
-                self.r.script_load(lua.ACQUIRE_HOST)
-        out = []
-        for (_, tokens), (granted, wait_ms, extra_ms) in zip(asks, replies[len(release):], strict=True):
-            out.append((tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0))
-        return out
-
-    def host_feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
-        """Tell the host's shared state how it answered; returns its extra delay in seconds."""
-        args = ["slow", int(wait * 1000)] if slow else ["ok", 0]
-        return int(self._host_feedback(keys=[Keys.host_next(host), Keys.host_backoff(host)], args=args)) / 1000
-
-    def host_started(self, host: str, delay: float) -> None:
-        """A request of the host started only now: its next one waits ``delay`` from now."""
-        if delay > 0:
-            self._host_started(keys=[Keys.host_next(host)], args=[int(delay * 1000)])
 
     # --- crawl control --------------------------------------------------------------------------
     def control(self, crawl_id: str, from_states: Sequence[str], to_state: str) -> bool:

@@ -10,7 +10,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backends.redis.bodies import RedisBodies
+from .backends.redis.gate import RedisGate
 from .liveness import Fleet, Heartbeat
+from .ports import BodyStore, HostGate
 from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
@@ -28,6 +31,8 @@ class Runtime:
     _spiders: dict[str, Spider] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _frontier: RedisFrontier | None = None
+    _bodies: BodyStore | None = None  # a twin may be put here (tests)
+    _gate: HostGate | None = None
     _heartbeat: Heartbeat | None = None
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
 
@@ -46,6 +51,24 @@ class Runtime:
                 if self._frontier is None:
                     self._frontier = RedisFrontier(self.state.r)
         return self._frontier
+
+    @property
+    def bodies(self) -> BodyStore:
+        """Where fetched bodies wait for parse and store (Redis, on the state's connections)."""
+        if self._bodies is None:
+            with self._lock:
+                if self._bodies is None:
+                    self._bodies = RedisBodies(self.state.r)
+        return self._bodies
+
+    @property
+    def gate(self) -> HostGate:
+        """The per-host gate every worker shares (Redis, on the state's connections)."""
+        if self._gate is None:
+            with self._lock:
+                if self._gate is None:
+                    self._gate = RedisGate(self.state.r)
+        return self._gate
 
     @property
     def heartbeat(self) -> Heartbeat:

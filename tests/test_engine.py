@@ -124,7 +124,7 @@ def test_a_host_held_for_long_gets_its_requests_back_in_the_frontier(rt, engine,
     eng, results = engine
     crawl_id, reqs = crawl_of(rt, server, 3, host_concurrency=1, host_delay=0, obey_robots=False)
     host = host_key(reqs[0].url)
-    rt.state.host_feedback(host, slow=True, wait=30.0)  # the site asked every crawler to wait 30 s
+    rt.gate.feedback(host, slow=True, wait=30.0)  # the site asked every crawler to wait 30 s
     eng.admit(crawl_id, reqs, [])
     deadline = time.monotonic() + 10
     while rt.frontier.sizes(crawl_id).queued < 3 and time.monotonic() < deadline:

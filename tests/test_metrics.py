@@ -60,7 +60,7 @@ def test_metrics_of_a_finished_and_a_paused_crawl(worker, rt, web, crawl_id):
         assert wait_for(lambda: paused.stats()["stored"] >= 5, 60)
         assert paused.pause()
         host = host_key(slow.url("/"))
-        rt.state.host_feedback(host, slow=True)  # the host answered 429: it backs off
+        rt.gate.feedback(host, slow=True)  # the host answered 429: it backs off
         assert wait_for(lambda: rt.frontier.sizes(crawl_id).claimed == 0, 60)  # the batches in flight end
         stats, samples = paused.stats(), scrape(web)
 

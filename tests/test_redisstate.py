@@ -5,13 +5,20 @@ import uuid
 
 import pytest
 
+from crawltasks.backends.redis.gate import RedisGate
 from crawltasks.models import Request
+from crawltasks.ports import SlotRequest
 from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import RedisState, SlotRequest
+from crawltasks.redisstate import RedisState
 
 
 def reqs(fps, dont_filter=False):
     return [Request(url=f"http://r.test/{fp}", fp=fp, ticket=fp, dont_filter=dont_filter) for fp in fps]
+
+
+@pytest.fixture
+def gate(state):
+    return RedisGate(state.r)
 
 
 @pytest.fixture
@@ -69,46 +76,46 @@ def test_unknown_outcome_is_refused(state, cid):
         state.finish(cid, [("a", "lost", "")])
 
 
-def test_host_gate_limits_parallelism_and_spaces_requests(state):
+def test_host_gate_limits_parallelism_and_spaces_requests(gate):
     host = f"h-{uuid.uuid4().hex[:6]}:80"
-    t1, _ = state.acquire_host(host, limit=2, delay=0)
-    t2, _ = state.acquire_host(host, limit=2, delay=0)
-    t3, wait = state.acquire_host(host, limit=2, delay=0)
+    t1, _ = gate.acquire_one(host, limit=2, delay=0)
+    t2, _ = gate.acquire_one(host, limit=2, delay=0)
+    t3, wait = gate.acquire_one(host, limit=2, delay=0)
     assert t1 and t2 and t3 is None and wait > 0
-    state.release_host(host, t1)
-    t4, _ = state.acquire_host(host, limit=2, delay=0)
+    gate.release([(host, t1)])
+    t4, _ = gate.acquire_one(host, limit=2, delay=0)
     assert t4
     other = f"h-{uuid.uuid4().hex[:6]}:80"
-    first, _ = state.acquire_host(other, limit=5, delay=10)
-    second, wait = state.acquire_host(other, limit=5, delay=10)
+    first, _ = gate.acquire_one(other, limit=5, delay=10)
+    second, wait = gate.acquire_one(other, limit=5, delay=10)
     assert first and second is None and 9 < wait <= 10
 
 
-def test_one_round_trip_gives_back_and_takes_slots_for_several_hosts(state):
+def test_one_round_trip_gives_back_and_takes_slots_for_several_hosts(gate):
     a, b = (f"h-{uuid.uuid4().hex[:6]}:80" for _ in range(2))
-    [(held, _, extra)] = state.exchange_slots([], [SlotRequest(a, 3, limit=2, delay=0)])
+    [(held, _, extra)] = gate.exchange([], [SlotRequest(a, 3, limit=2, delay=0)])
     assert len(held) == 2 and extra == 0
     # Give one of a's slots back while asking for two of a's and one of b's, all at once.
     asks = [SlotRequest(a, 2, limit=2, delay=0), SlotRequest(b, 1, limit=1, delay=0)]
-    got = state.exchange_slots([(a, held[0])], asks)
+    got = gate.exchange([(a, held[0])], asks)
     assert [len(tokens) for tokens, _, _ in got] == [1, 1]
-    state.host_feedback(b, slow=True)
-    [(none, wait, extra)] = state.exchange_slots([], [SlotRequest(b, 1, limit=5, delay=0)])
+    gate.feedback(b, slow=True)
+    [(none, wait, extra)] = gate.exchange([], [SlotRequest(b, 1, limit=5, delay=0)])
     assert none == [] and wait > 0 and extra >= 1.0  # a backed-off host says so
 
 
-def test_the_gate_survives_a_script_flush(state):
+def test_the_gate_survives_a_script_flush(state, gate):
     host = f"h-{uuid.uuid4().hex[:6]}:80"
     state.r.script_flush()  # a restarted Redis has no scripts loaded
-    tokens, _ = state.acquire_slots(host, 2, limit=2, delay=0)
+    tokens, _ = gate.acquire(host, 2, limit=2, delay=0)
     assert len(tokens) == 2
 
 
-def test_expired_leases_free_their_slot(state):
+def test_expired_leases_free_their_slot(gate):
     host = f"h-{uuid.uuid4().hex[:6]}:80"
-    token, _ = state.acquire_host(host, limit=1, delay=0, lease=0.05)
+    token, _ = gate.acquire_one(host, limit=1, delay=0, lease=0.05)
     assert token
     import time
     time.sleep(0.1)
-    again, _ = state.acquire_host(host, limit=1, delay=0)
+    again, _ = gate.acquire_one(host, limit=1, delay=0)
     assert again

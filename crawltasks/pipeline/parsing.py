@@ -51,7 +51,7 @@ class _Parse:
                 self.held[f.request.lease].append(f)
         self.stopping = crawl_is_stopping(rt, crawl_id, rt.state.state_of(crawl_id))
         keys = [] if self.stopping else [f.body_key for fs in self.held.values() for f in fs if f.ok and f.body_key]
-        self.bodies = dict(zip(keys, rt.state.load_bodies(keys), strict=True))
+        self.bodies = dict(zip(keys, rt.bodies.load(keys), strict=True))
         self.out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "item_tickets": [],
                                     "records": [], "skipped": [], "body_keys": []}
         self.follow: list[Request] = []

@@ -8,7 +8,6 @@ from typing import Any
 from .. import logs, notify, revisit
 from ..custody import Custody
 from ..itempipes import close_chain, run_items
-from ..keys import Keys
 from ..models import Fetched, Request
 from ..reasons import Reason
 from ..runtime import Runtime
@@ -34,8 +33,8 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
             finished = _store_part(rt, crawl_id, batch, custody) or finished
         tickets += [p["ticket"] for p in batch["pages"]] + [r["ticket"] for r in batch["records"]]
         tickets += [ticket for ticket, _ in batch["skipped"]]
-    held = {Keys.body(crawl_id, ticket) for ticket in tickets}  # a stale delivery's keys are the refetch's
-    rt.state.drop_bodies([key for key in parsed["body_keys"] if key in held])
+    held = {rt.bodies.key(crawl_id, ticket) for ticket in tickets}  # a stale delivery's keys are the refetch's
+    rt.bodies.drop([key for key in parsed["body_keys"] if key in held])
     if finished:
         close_chain(rt, crawl_id)
         state = rt.state.state_of(crawl_id)
@@ -103,7 +102,7 @@ def _before_store(rt: Runtime, crawl_id: str, spider: Spider, batch: dict[str, A
     None if the hook dropped it; the items kept). A hook that raises ends its request ``hook_error``
     (added to ``ended``), every document of that request with it."""
     keys = [p["body_key"] for p in batch["pages"] if p.get("body_key") and p["ticket"] not in ended]
-    html = dict(zip(keys, rt.state.load_bodies(keys), strict=True))
+    html = dict(zip(keys, rt.bodies.load(keys), strict=True))
     pages: dict[str, dict[str, Any] | None] = {}
     for page in batch["pages"]:
         if page["ticket"] in ended:

@@ -1,0 +1,1 @@
+"""The ports' implementations in Redis, shared by every worker (the frontier is ``redisfrontier.py``)."""
