@@ -18,28 +18,17 @@ from .sites import FAST, SiteServer, html, page, serve
 from .test_pipeline_e2e import path_of
 
 
-def with_posts(server: SiteServer) -> SiteServer:
-    """Let the fixture server take POSTs: routes read ``server.current.method`` and ``.body``."""
-    handler = server.httpd.RequestHandlerClass
-
-    def do_POST(self) -> None:  # noqa: N802
-        server.current.method = "POST"
-        server.current.body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        try:
-            handler.do_GET(self)
-        finally:
-            server.current.method, server.current.body = "GET", b""
-
-    handler.do_POST = do_POST
-    return server
-
-
 def method(server: SiteServer) -> str:
-    return getattr(server.current, "method", "GET")
+    """The method of the request this handler thread answers (the fixture server takes POSTs too)."""
+    return server.current.hit.method
+
+
+def posted(server: SiteServer) -> bytes:
+    return server.current.hit.body
 
 
 def form(server: SiteServer) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(server.current.body.decode()).items()}
+    return {k: v[0] for k, v in parse_qs(posted(server).decode()).items()}
 
 
 def json_route(data: dict) -> callable:
@@ -214,11 +203,11 @@ def test_posts_with_different_bodies_are_two_requests(worker, rt, crawl_id):
     seen: list[tuple[str, str, str]] = []
 
     def search(s: SiteServer, path: str):
-        body = s.current.body.decode()
+        body = posted(s).decode()
         seen.append((method(s), s.current.hit.headers.get("content-type"), body))
         return 200, {}, html(f"results for {body}", extra=f"<h1>{body}</h1>")
 
-    server = with_posts(serve({"/": page("Home"), "/search": search}))
+    server = serve({"/": page("Home"), "/search": search})
     try:
         crawl = start_crawl(server.url("/"), spider=PostSpider, crawl_id=crawl_id, **FAST)
         assert crawl.wait(timeout=60), crawl.stats()
@@ -249,7 +238,7 @@ def login_routes(user: str = "ada", password: str = "pw") -> dict:
 
 
 def test_login_form_post(worker, rt, crawl_id):
-    server = with_posts(serve(login_routes()))
+    server = serve(login_routes())
     try:
         crawl = start_crawl(server.url("/login"), spider=LoginSpider, crawl_id=crawl_id, **FAST)
         assert crawl.wait(timeout=60), crawl.stats()
@@ -328,7 +317,7 @@ def shop_routes() -> dict:
 
 
 def test_readme_example_runs(worker, rt, project_root, crawl_id):
-    server = with_posts(serve(shop_routes()))
+    server = serve(shop_routes())
     code = readme_example(project_root).replace("https://shop.example", server.base)
     SPIDERS.pop("shop", None)
     namespace = {"__name__": "readme_example"}
