@@ -1,7 +1,8 @@
 """The crawl state crawltasks keeps in Redis: the crawl registry, the dedupe set, the counters,
 retention, visits, monitoring and control (key names: ``crawltasks.keys``). Each state transition is
-one Lua script (in ``crawltasks.lua``), so it is atomic across workers. Parked bodies and the shared
-per-host gate are ports of their own (``backends.redis.bodies``, ``backends.redis.gate``).
+one Lua script (in ``crawltasks.lua``), so it is atomic across workers. ``RedisState`` is the
+``ports.CrawlRegistry`` (twin: ``backends.memory.registry``), plus the monitoring reads. Parked bodies
+and the shared per-host gate are ports of their own (``backends.redis.bodies``, ``backends.redis.gate``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import lua, series
 from .backends.redis.scripts import register
 from .bloom import BloomFilter
 from .keys import PREFIX, Keys
+from .ports import SeenFilter
 from .settings import default_retention
 from .states import CrawlState
 
@@ -30,6 +32,7 @@ COUNTERS = (
     "duplicates", "filtered", "retried", "items", "reclaimed", "redriven",
 )
 OUTCOMES = ("stored", "failed", "skipped")
+HOLD = "open"  # the meta field that holds a crawl open while its seeds may come (FINISH reads it)
 
 
 class RedisState:
@@ -81,6 +84,18 @@ class RedisState:
     def is_finished(self, crawl_id: str) -> bool:
         return self.r.hexists(Keys.meta(crawl_id), "finished_at")
 
+    def hold_open(self, crawl_id: str, why: str) -> None:
+        """Keep the crawl from finishing at pending 0: its seeds may still come (``crawltasks.seeds``)."""
+        self.r.hset(Keys.meta(crawl_id), HOLD, why)
+
+    def drop_hold(self, crawl_id: str) -> bool:
+        """No more seeds; True if the crawl was held open (the caller checks completion)."""
+        return bool(self.r.hdel(Keys.meta(crawl_id), HOLD))
+
+    def held_open(self, crawl_id: str) -> str | None:
+        value = self.r.hget(Keys.meta(crawl_id), HOLD)
+        return value.decode() if value is not None else None
+
     # --- dedupe and counters --------------------------------------------------------------------
     def bloom_filter(self, crawl_id: str, capacity: int, error_rate: float) -> BloomFilter:
         return BloomFilter(self.r, Keys.bloom(crawl_id), capacity, error_rate)
@@ -127,7 +142,7 @@ class RedisState:
             return []
         return [bool(x) for x in self.r.smismember(Keys.seen(crawl_id), list(fps))]
 
-    def claim_seen(self, crawl_id: str, fp: str, bloom: BloomFilter | None = None) -> bool:
+    def claim_seen(self, crawl_id: str, fp: str, bloom: SeenFilter | None = None) -> bool:
         """Mark a fingerprint seen (e.g. a redirect target); True if it was new."""
         if bloom is not None:
             return bloom.add(fp)
@@ -316,3 +331,6 @@ class RedisState:
             self.r.delete(*keys)
         self.r.zrem(Keys.crawls, crawl_id)
         self.r.srem(Keys.active, crawl_id)
+
+
+RedisRegistry = RedisState  # the CrawlRegistry port's name for it

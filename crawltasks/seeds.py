@@ -18,15 +18,15 @@ from collections.abc import Iterable, Iterator
 
 from . import logs
 from .frontier import schedule
-from .keys import Keys
 from .models import Request
+from .redisstate import HOLD
 from .runtime import Runtime
 from .states import ENDED, STOPPING
 
 CHUNK = 256  # seeds taken from a generator at a time
 LOW = 64  # the frontier's queued requests under which the feeder takes the next chunk
 LOOK_EVERY = 0.05  # seconds between looks at the frontier
-OPEN = "open"  # the meta field that holds a crawl open: "seeds" (a feeder) or "feed" (pushed seeds)
+OPEN = HOLD  # the meta field that holds a crawl open: "seeds" (a feeder) or "feed" (pushed seeds)
 
 
 def first_chunk(seeds: Iterable[Request]) -> tuple[list[Request], Iterator[Request] | None]:
@@ -38,19 +38,18 @@ def first_chunk(seeds: Iterable[Request]) -> tuple[list[Request], Iterator[Reque
 
 def hold(rt: Runtime, crawl_id: str, why: str) -> None:
     """Keep the crawl from finishing while its seeds may still come."""
-    rt.state.r.hset(Keys.meta(crawl_id), OPEN, why)
+    rt.state.hold_open(crawl_id, why)
 
 
 def release(rt: Runtime, crawl_id: str) -> bool:
     """No more seeds: the crawl finishes once nothing is pending. True if it was held open."""
-    was_open = bool(rt.state.r.hdel(Keys.meta(crawl_id), OPEN))
+    was_open = rt.state.drop_hold(crawl_id)
     rt.state.check_finished(crawl_id)
     return was_open
 
 
 def held_open(rt: Runtime, crawl_id: str) -> str | None:
-    value = rt.state.r.hget(Keys.meta(crawl_id), OPEN)
-    return value.decode() if value is not None else None
+    return rt.state.held_open(crawl_id)
 
 
 def add(rt: Runtime, crawl_id: str, seeds: Iterable[str | Request]) -> int:
