@@ -83,7 +83,7 @@ result_backend = None
 # CRAWLTASKS_TASK_EVENTS=0 turns them off where nobody watches (the embedded mode's own workers).
 worker_send_task_events = os.environ.get("CRAWLTASKS_TASK_EVENTS", "1") != "0"
 task_send_sent_event = worker_send_task_events
-# Flower lists each task's argsrepr (crawl id, batch size, first URL: set by tasks.send_batch) and the
+# Flower lists each task's argsrepr (crawl id, batch size, first URL: set by crawltasks.sending) and the
 # repr of its result; keep that repr short so a fetch result (metadata of a batch) stays one line.
 task_annotations = {name: {"resultrepr_maxsize": 200}
                     for name in ("crawltasks.fetch", "crawltasks.parse", "crawltasks.store")}

@@ -4,8 +4,8 @@ workers absorb them.
 One worker process at a time dispatches (a lock in Redis with a short TTL, so another takes over
 within seconds if it dies). Each round it reads the live fetch capacity from the heartbeats, takes
 no more than that minus what is already out (taken and not yet fetched), and sends the requests
-in batches to the fetch queue of their priority. The broker thus holds only work that can start
-at once; nothing waits in it for a busy host.
+in batches to the fetch queue of their priority, through the process's sender (``rt.sender``). The
+broker thus holds only work that can start at once; nothing waits in it for a busy host.
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ def batches(entries: Sequence[Entry], size: int) -> list[tuple[str, list[Entry]]
 
 
 # send(crawl_id, priority, batch): one fetch task for taken requests, on its priority's queue
-Sender = Callable[[str, str, list[Entry]], None]
+# (``Sender.send_batch``; a plain function in the policy's tests)
+SendBatch = Callable[[str, str, list[Entry]], None]
 
 
-def dispatch_round(rt: Runtime, send: Sender, crawl_ids: Sequence[str], room: int,
+def dispatch_round(rt: Runtime, send: SendBatch, crawl_ids: Sequence[str], room: int,
                    high_only: bool = False) -> tuple[int, float]:
     """Take up to ``room`` ready requests over the crawls and send them, high-priority batches of
     every crawl first; returns (sent, seconds until a host becomes ready when nothing more is, at
@@ -82,8 +83,8 @@ def dispatch_round(rt: Runtime, send: Sender, crawl_ids: Sequence[str], room: in
 class Dispatcher:
     """A daemon thread that dispatches while this process holds the dispatcher lock."""
 
-    def __init__(self, rt: Runtime, send: Sender) -> None:
-        self.rt, self.send = rt, send
+    def __init__(self, rt: Runtime) -> None:
+        self.rt, self.send = rt, rt.sender.send_batch
         self._hold_lock = rt.state.r.register_script(_HOLD_LOCK)
         self._stop = threading.Event()
         self._turn = 0

@@ -31,7 +31,7 @@ from . import sessions
 from .fetch import fetch_one
 from .liveness import BEAT_EVERY, dead_after
 from .models import PRIORITIES, Fetched, Request
-from .outbox import Outbox, ResultSender, now_iso
+from .outbox import Outbox, now_iso
 from .politeness import CrawlGate, host_policy
 from .reasons import Reason
 from .robots import DENY, Robots, origin_of
@@ -82,15 +82,15 @@ def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions,
 class FetchEngine:
     """Admits batches, fetches them under the shared gate, and sends their results on."""
 
-    def __init__(self, rt: Runtime, send_results: ResultSender, capacity: int, owner: str) -> None:
-        self.rt, self.send_results, self.capacity, self.owner = rt, send_results, capacity, owner
+    def __init__(self, rt: Runtime, capacity: int, owner: str) -> None:
+        self.rt, self.capacity, self.owner = rt, capacity, owner
         self.pool = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="fetch")
         self.events: SimpleQueue = SimpleQueue()
         self.waiting: dict[tuple[str, str], deque[Job]] = {}  # (crawl, host) -> jobs waiting for a slot
         self.ask_at: dict[tuple[str, str], float] = {}  # when a busy host's gate may be asked again
         self.blocked: dict[tuple[str, str], list[Job]] = defaultdict(list)  # (crawl, origin) -> jobs
         self.look_at: dict[tuple[str, str], float] = {}  # robots.txt fetched elsewhere: look again then
-        self.outbox = Outbox(rt, send_results)
+        self.outbox = Outbox(rt)  # sends through rt.sender
         self.gates: dict[str, CrawlGate] = {}
         self.robots: dict[str, Robots] = {}
         self.done_slots: list[tuple[str, str]] = []

@@ -146,3 +146,31 @@ class Fetched:
         data = dict(data)
         data["request"] = Request.from_dict(data["request"])
         return cls(**data)
+
+
+@dataclass
+class Parsed:
+    """What a parse task hands its store task, through the broker: documents shaped and the requests
+    they end. Pages and failure records carry their request's ``ticket`` and ``lease`` (and, only
+    on the way, what ``pipeline.outcomes.IN_TRANSIT`` names); a page's body stays parked in Redis."""
+
+    crawl_id: str
+    pages: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    item_tickets: list[str] = field(default_factory=list)  # each item's request ("": none known)
+    records: list[dict[str, Any]] = field(default_factory=list)  # failure records, with their outcome
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (ticket, lease) ending skipped, unrecorded
+    body_keys: list[str] = field(default_factory=list)  # parked bodies to drop once their pages are stored
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"crawl_id": self.crawl_id, "pages": self.pages, "items": self.items,
+                "item_tickets": self.item_tickets, "records": self.records,
+                "skipped": [[ticket, lease] for ticket, lease in self.skipped], "body_keys": self.body_keys}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Parsed:
+        items = data.get("items") or []
+        return cls(crawl_id=data["crawl_id"], pages=data.get("pages") or [], items=items,
+                   item_tickets=data.get("item_tickets") or [""] * len(items), records=data.get("records") or [],
+                   skipped=[(ticket, lease) for ticket, lease in data.get("skipped") or []],
+                   body_keys=data.get("body_keys") or [])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -20,9 +19,6 @@ from .reasons import Reason
 from .runtime import Runtime
 
 FLUSH_AFTER = 0.1  # seconds a finished request waits for others of its crawl before they go to parse
-
-# send_results(crawl_id, results): one parse -> store chain for fetched requests (tasks.send_results)
-ResultSender = Callable[[str, list[Fetched]], None]
 
 
 def now_iso() -> str:
@@ -41,10 +37,11 @@ class CrawlBox:
 
 
 class Outbox:
-    """The finished requests of every crawl in one engine, until they go to parse."""
+    """The finished requests of every crawl in one engine, until they go to parse (through the
+    process's sender, ``rt.sender``: one parse -> store chain a group)."""
 
-    def __init__(self, rt: Runtime, send_results: ResultSender) -> None:
-        self.rt, self.send_results = rt, send_results
+    def __init__(self, rt: Runtime) -> None:
+        self.rt, self.sender = rt, rt.sender
         self.boxes: dict[str, CrawlBox] = {}
 
     def box(self, crawl_id: str) -> CrawlBox:
@@ -111,5 +108,5 @@ class Outbox:
                 result.body_key = keys.get(result.request.ticket) if result.ok else None
             self.rt.state.incr(crawl_id, **box.counts)
             if box.results:
-                self.send_results(crawl_id, box.results)
+                self.sender.send_results(crawl_id, box.results)
             self.boxes[crawl_id] = CrawlBox()

@@ -19,6 +19,9 @@ policy on the twin says what the real thing does.
 - ``CrawlRegistry`` (below): every crawl's record, state, counters, completion, dedupe reads,
   retention, visits and notification marks. Real: ``redisstate.RedisState``; twin:
   ``backends.memory.registry.MemoryRegistry``; contract: ``tests/test_registry_contract.py``.
+- ``Sender`` (below): work handed to the stage workers: fetch batches, parse -> store chains. Real:
+  ``sending.CelerySender``; twin: ``backends.memory.sender.MemorySender``; contract:
+  ``tests/test_sender_contract.py``. A process has one (``Runtime.sender``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from typing import Any, NamedTuple, Protocol
 
 import requests
 
-from .hostqueues import Frontier
+from .hostqueues import Entry, Frontier
+from .models import Fetched
 
 
 class Transport(Protocol):
@@ -227,6 +231,21 @@ class SeenFilter(Protocol):
         ...
 
 
+class Sender(Protocol):
+    """How work leaves a process for the stage workers: one broker message a call, on the queue the
+    routes of ``celeryconfig`` give its task. JSON only: what Celery's JSON cannot carry raises
+    ``kombu.exceptions.EncodeError`` and nothing is sent; what arrives is what JSON makes of it."""
+
+    def send_batch(self, crawl_id: str, priority: str, batch: Sequence[Entry]) -> None:
+        """One fetch task for requests taken from the frontier, on the fetch queue of ``priority``;
+        the entries travel as the frontier keeps them (lease and encoded request)."""
+        ...
+
+    def send_results(self, crawl_id: str, results: Sequence[Fetched]) -> None:
+        """One parse -> store chain for fetched requests of a crawl (their bodies stay parked)."""
+        ...
+
+
 class CrawlRegistry(Protocol):
     """Every crawl's record (options, seeds, state, start and finish times) and counters, and the
     transitions between its states, each atomic across workers (Redis: one Lua script each).
@@ -382,5 +401,5 @@ class CrawlRegistry(Protocol):
         ...
 
 
-__all__ = ["BodyStore", "CrawlRegistry", "Frontier", "Grant", "HostGate", "HostLoad", "SeenFilter", "SlotRequest",
-           "Storage", "Transport"]
+__all__ = ["BodyStore", "CrawlRegistry", "Frontier", "Grant", "HostGate", "HostLoad", "SeenFilter", "Sender",
+           "SlotRequest", "Storage", "Transport"]

@@ -43,7 +43,7 @@ from . import logs
 from .frontier import GENERATION, bloom_of, enqueue
 from .hostqueues import PRIORITY_CODES, PRIORITY_NAMES, decode, encode
 from .keys import Keys
-from .models import Request
+from .models import Parsed, Request
 from .runtime import Runtime
 from .settings import CrawlOptions
 from .states import CrawlState
@@ -74,7 +74,7 @@ def request_of(raw: str, seeds: Iterable[str]) -> Request:
     return req
 
 
-def attach_discovered(out: dict[str, Any], origins: dict[int, str], fresh: list[Request]) -> None:
+def attach_discovered(out: Parsed, origins: dict[int, str], fresh: list[Request]) -> None:
     """Put each new request on the page (or failure record) of the parse output that found it."""
     found: dict[str, list[str]] = defaultdict(list)
     for req in fresh:
@@ -82,7 +82,7 @@ def attach_discovered(out: dict[str, Any], origins: dict[int, str], fresh: list[
         if ticket:
             found[ticket].append(entry(req))
     if found:
-        for doc in [*out["pages"], *out["records"]]:
+        for doc in [*out.pages, *out.records]:
             if doc["ticket"] in found:
                 doc["discovered"] = found[doc["ticket"]]
 

@@ -13,7 +13,7 @@ from typing import Any
 from .backends.redis.bodies import RedisBodies
 from .backends.redis.gate import RedisGate
 from .liveness import Fleet, Heartbeat
-from .ports import BodyStore, HostGate
+from .ports import BodyStore, HostGate, Sender
 from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
@@ -33,6 +33,7 @@ class Runtime:
     _frontier: RedisFrontier | None = None
     _bodies: BodyStore | None = None  # a twin may be put here (tests)
     _gate: HostGate | None = None
+    _sender: Sender | None = None
     _heartbeat: Heartbeat | None = None
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
 
@@ -69,6 +70,18 @@ class Runtime:
                 if self._gate is None:
                     self._gate = RedisGate(self.state.r)
         return self._gate
+
+    @property
+    def sender(self) -> Sender:
+        """Where this process's work goes to the stage workers (Celery, on this process's broker
+        connections); the dispatcher and the fetch engine send through it."""
+        if self._sender is None:
+            with self._lock:
+                if self._sender is None:
+                    from .sending import CelerySender  # the Celery side: loaded by a process that sends
+
+                    self._sender = CelerySender()
+        return self._sender
 
     @property
     def heartbeat(self) -> Heartbeat:

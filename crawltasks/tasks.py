@@ -1,7 +1,8 @@
 """The Celery tasks: unpack JSON, call a stage function, hand the result on. Nothing else.
 
 A fetch task admits its batch into this process's fetch engine and returns; the engine sends each
-group of fetched requests on as a parse -> store chain. Every worker also runs the services that
+group of fetched requests on as a parse -> store chain, through the process's sender (``Runtime.sender``,
+``crawltasks.sending``). Every worker also runs the services that
 keep a crawl moving: its heartbeat, the dispatcher (one at a time in the fleet) and the reclaimer.
 """
 
@@ -14,14 +15,13 @@ from typing import Any
 
 import pymongo.errors
 import redis.exceptions
-from celery import chain, signals
+from celery import signals
 
 from . import pipeline, runtime
 from .celeryapp import app, celeryconfig
 from .health import clear_outage, record_outage
-from .hostqueues import Entry, decode
-from .models import Fetched
-from .urls import redact
+from .hostqueues import decode
+from .models import Fetched, Parsed
 
 # Infrastructure outages: the whole task is retried by Celery with backoff; the request is not at fault.
 OUTAGES = (
@@ -37,22 +37,6 @@ OUTAGE_RETRY = dict(autoretry_for=OUTAGES, retry_backoff=2, retry_backoff_max=60
 _engine_lock = threading.Lock()
 
 
-def send_batch(crawl_id: str, priority: str, batch: list[Entry]) -> None:
-    """One fetch task for a batch of ready requests, on the fetch queue of its priority. They travel
-    as the frontier keeps them (lease and compact entry): decoded once, by the fetch task."""
-    queue = celeryconfig.FETCH_QUEUES[priority]
-    label = f"{crawl_id} {len(batch)} url(s) {redact(decode(batch[0][2]).url)}"
-    fetch.apply_async((crawl_id, priority, [[lease, entry] for lease, _, entry in batch]), queue=queue,
-                      routing_key=queue, argsrepr=label)
-
-
-def send_results(crawl_id: str, results: list[Fetched]) -> None:
-    """One parse -> store chain for a group of fetched requests."""
-    label = f"{crawl_id} {len(results)} url(s) {redact(results[0].request.url)}"
-    payload = {"crawl_id": crawl_id, "results": [f.to_dict() for f in results]}
-    chain(parse.s(payload).set(argsrepr=label), store.s().set(argsrepr=label)).apply_async()
-
-
 def engine() -> Any:
     """This process's fetch engine, started with the first fetch task that reaches it."""
     rt = runtime.current()
@@ -61,7 +45,7 @@ def engine() -> Any:
             if rt.engine is None:
                 from .engine import FetchEngine
 
-                rt.engine = FetchEngine(rt, send_results, rt.settings.fetch_concurrency, rt.heartbeat.start().id)
+                rt.engine = FetchEngine(rt, rt.settings.fetch_concurrency, rt.heartbeat.start().id)
     return rt.engine
 
 
@@ -77,12 +61,13 @@ def fetch(self, crawl_id: str, priority: str, batch: list[list[str]]) -> int:
 @app.task(name="crawltasks.parse", bind=True, **OUTAGE_RETRY)
 def parse(self, fetched: dict) -> dict:
     results = [Fetched.from_dict(f) for f in fetched["results"]]
-    return pipeline.parse_stage(runtime.current(), fetched["crawl_id"], results)
+    return pipeline.parse_stage(runtime.current(), fetched["crawl_id"], results).to_dict()
 
 
 @app.task(name="crawltasks.store", bind=True, **OUTAGE_RETRY)
 def store(self, parsed: dict) -> bool:
-    return pipeline.store_stage(runtime.current(), parsed["crawl_id"], parsed)
+    message = Parsed.from_dict(parsed)
+    return pipeline.store_stage(runtime.current(), message.crawl_id, message)
 
 
 # --- the services of a worker ---------------------------------------------------------------------
@@ -119,7 +104,7 @@ def start_services(capacity: int) -> None:
     quiet_gc()
     rt = runtime.current()
     rt.heartbeat.offer(capacity)
-    _services.extend([Dispatcher(rt, send_batch).start(), Reclaimer().start()])
+    _services.extend([Dispatcher(rt).start(), Reclaimer().start()])
 
 
 def stop_services() -> None:

@@ -1,12 +1,15 @@
 """The dispatch policy on the in-memory frontier, in milliseconds: backpressure, priority routing,
-per-host spacing over rounds, and a dead worker's requests dispatched again."""
+per-host spacing over rounds, and a dead worker's requests dispatched again; and the dispatcher's
+messages through the twin sender (``rt.sender``): queue of each priority, what a fetch task decodes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from crawltasks.backends.memory.frontier import MemoryFrontier
-from crawltasks.dispatcher import EARLY, dispatch_round
+from crawltasks.backends.memory.sender import MemorySender
+from crawltasks.dispatcher import EARLY, FULL_WAIT, Dispatcher, dispatch_round
 from crawltasks.hostqueues import decode
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
@@ -22,12 +25,24 @@ class TwinRuntime:
     clock: FakeClock = field(default_factory=FakeClock)
     options_of: dict[str, CrawlOptions] = field(default_factory=dict)
     frontier: MemoryFrontier = None  # type: ignore[assignment]
+    sender: MemorySender = field(default_factory=MemorySender)
+    capacity: int = 100  # what the fetch workers' heartbeats offer
 
     def __post_init__(self) -> None:
         self.frontier = MemoryFrontier(self.clock)
 
     def options(self, crawl_id: str) -> CrawlOptions:
         return self.options_of[crawl_id]
+
+    @property
+    def state(self) -> SimpleNamespace:
+        """What ``Dispatcher.step`` reads of the registry: every crawl of the twin runs."""
+        return SimpleNamespace(r=SimpleNamespace(register_script=lambda script: None),
+                               active_crawls=lambda: sorted(self.options_of),
+                               states_of=lambda ids: ["running"] * len(ids))
+
+    def fleet(self) -> SimpleNamespace:
+        return SimpleNamespace(read=lambda: ({"w1"}, self.capacity))
 
 
 def add(rt: TwinRuntime, crawl_id: str, urls: list[str], priority: str = "default") -> None:
@@ -105,3 +120,28 @@ def test_a_dead_workers_requests_are_dispatched_again():
     again, send2 = sender()
     assert dispatch_round(rt, send2, ["c"], room=10)[0] == 2  # type: ignore[arg-type]
     assert sorted(u for *_, b in again for u in b) == ["http://a.test/1", "http://b.test/1"]
+
+
+def test_the_dispatcher_sends_through_the_runtimes_sender_to_each_prioritys_queue():
+    rt = TwinRuntime(options_of={"c": CrawlOptions(batch_size=2, host_delay=0.0)}, capacity=4)
+    add(rt, "c", ["http://a.test/1", "http://b.test/1", "http://c.test/1"], priority="low")
+    add(rt, "c", ["http://d.test/urgent", "http://e.test/urgent"], priority="high")
+    dispatcher = Dispatcher(rt)  # type: ignore[arg-type]
+    dispatcher.step()  # the high-priority round alone
+    dispatcher.step()
+    assert [(s.queue, s.routing_key, s.priority) for s in rt.sender.sent] == [
+        ("crawl.fetch.high", "crawl.fetch.high", "high"), ("crawl.fetch.low", "crawl.fetch.low", "low")]
+    [(_, _, high), (_, _, low)] = rt.sender.batches()
+    assert [r.url for r in high] == ["http://d.test/urgent", "http://e.test/urgent"]
+    assert len(low) == 2 and all(r.priority == "low" and r.lease for r in low)
+    assert dispatcher.step() == FULL_WAIT and len(rt.sender.sent) == 2  # 4 out: the fetch workers are full
+
+
+def test_a_batch_leaves_as_the_fetch_task_decodes_it():
+    rt = TwinRuntime(options_of={"c": CrawlOptions(batch_size=8, host_delay=0.0)})
+    add(rt, "c", ["http://a.test/form"], priority="default")
+    dispatch_round(rt, rt.sender.send_batch, ["c"], room=10)  # type: ignore[arg-type]
+    [(crawl_id, priority, [req])] = rt.sender.batches()
+    taken = next(iter(rt.frontier.claims["c"].values())).request
+    assert (crawl_id, priority, req.url, req.fp, req.lease) == ("c", "default", taken.url, taken.fp, taken.lease)
+    assert rt.sender.sent[0].label == "c 1 url(s) http://a.test/form"

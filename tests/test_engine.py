@@ -3,12 +3,12 @@ slots come back, a held host's requests go back to the frontier, robots.txt is f
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
 import pytest
 
+from crawltasks.backends.memory.sender import MemorySender
 from crawltasks.engine import FetchEngine
 from crawltasks.keys import Keys
 from crawltasks.models import Fetched, Request
@@ -20,21 +20,21 @@ from .test_fleet import max_overlap
 
 
 class Results:
-    """What the engine sends on to parse, collected."""
+    """What the engine sends on to parse, as a parse task would decode it (the twin sender, put in
+    the runtime while the engine runs)."""
 
     def __init__(self) -> None:
-        self.got: list[Fetched] = []
-        self.changed = threading.Condition()
+        self.sender = MemorySender()
 
-    def __call__(self, crawl_id: str, results: list[Fetched]) -> None:
-        with self.changed:
-            self.got += results
-            self.changed.notify_all()
+    @property
+    def got(self) -> list[Fetched]:
+        return self.sender.fetched()
 
     def wait_for(self, n: int, timeout: float = 20) -> list[Fetched]:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.got) >= n, timeout), f"{len(self.got)} of {n}"
-        return self.got
+        self.sender.wait_for(lambda s: len(s.fetched()) >= n, timeout)
+        got = self.sender.fetched()
+        assert len(got) >= n, f"{len(got)} of {n}"
+        return got
 
 
 @pytest.fixture
@@ -49,9 +49,11 @@ def server():
 @pytest.fixture
 def engine(rt):
     results = Results()
-    eng = FetchEngine(rt, results, capacity=64, owner=rt.heartbeat.start().id)
+    before, rt._sender = rt._sender, results.sender
+    eng = FetchEngine(rt, capacity=64, owner=rt.heartbeat.start().id)
     yield eng, results
     eng.stop()
+    rt._sender = before
     for crawl_id in CRAWLS:  # no dispatcher of a later test should see these half-made crawls
         rt.state.delete_crawl(crawl_id)
     CRAWLS.clear()

@@ -8,7 +8,6 @@ from crawltasks import start_crawl
 from crawltasks.celeryapp import app
 from crawltasks.dispatcher import Dispatcher
 from crawltasks.localworkers import InProcessWorker
-from crawltasks.tasks import send_batch
 
 from .sites import FAST, page, serve
 from .workers import wait_for
@@ -24,7 +23,7 @@ def test_a_lost_message_is_sent_again_by_the_reclaimer(rt, settings, crawl_id, m
         crawl = start_crawl(server.url("/"), crawl_id=crawl_id, **FAST)
         assert rt.frontier.sizes(crawl_id).queued == 1 and not broker.llen("crawl.fetch.default")
         rt.heartbeat.offer(4)  # a dispatcher alone: the seed leaves the frontier, nobody fetches it
-        dispatcher = Dispatcher(rt, send_batch).start()
+        dispatcher = Dispatcher(rt).start()  # through rt.sender: Celery, to the test broker
         assert wait_for(lambda: broker.llen("crawl.fetch.default") == 1, timeout=10)
         dispatcher.stop()
         assert broker.delete("crawl.fetch.default") == 1  # the broker lost the seed's message

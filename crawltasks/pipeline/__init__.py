@@ -1,8 +1,13 @@
-"""The three stages as plain functions over JSON-safe values; the Celery tasks are thin wrappers.
+"""The three stages as plain functions over the messages of ``models``; the Celery tasks are thin wrappers.
 
 admit_stage  -> requests for this process's fetch engine (crawltasks.engine), and those decided at once
-parse_stage  -> {"crawl_id", "pages", "items", "item_tickets", "records", "skipped", "body_keys"}; follow-ups scheduled
-store_stage  -> bulk writes (one document per key), then the tickets are finished in Redis (and completion may fire)
+parse_stage  <- [Fetched] (the engine's message, through ``Sender.send_results``)
+             -> ``models.Parsed`` (crawl_id, pages, items, item_tickets, records, skipped, body_keys); follow-ups
+                scheduled
+store_stage  <- ``Parsed`` -> bulk writes (one document per key), then the tickets are finished in Redis (and
+                completion may fire)
+
+Between stages the messages travel as JSON (``to_dict``/``from_dict``; the tasks unpack them).
 
 A request ends in exactly one outcome: stored, failed or skipped. Failures and the skips worth
 explaining (robots, hooks) are recorded in the failures collection with their reason (``reasons``).

@@ -11,7 +11,7 @@ from typing import Any
 from .. import callbacks, logs, revisit
 from ..custody import Custody
 from ..frontier import schedule_new
-from ..models import Fetched, Request
+from ..models import Fetched, Parsed, Request
 from ..parse import is_html
 from ..reasons import RECORDED_SKIPS, SILENT_SKIPS, Reason
 from ..recovery import attach_discovered
@@ -24,7 +24,7 @@ from .outcomes import HookFailed, cancel, crawl_is_stopping, hook_failed, lost_m
 TEXT_CAP = 200_000  # characters of visible text kept per page when a spider stores text
 
 
-def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched]) -> dict[str, Any]:
+def parse_stage(rt: Runtime, crawl_id: str, results: list[Fetched]) -> Parsed:
     """Parse HTML pages with the crawl's spider, schedule what it follows, and shape documents.
 
     Only the requests whose claims this delivery holds are parsed; those lost with their worker
@@ -52,8 +52,7 @@ class _Parse:
         self.stopping = crawl_is_stopping(rt, crawl_id, rt.state.state_of(crawl_id))
         keys = [] if self.stopping else [f.body_key for fs in self.held.values() for f in fs if f.ok and f.body_key]
         self.bodies = dict(zip(keys, rt.bodies.load(keys), strict=True))
-        self.out: dict[str, Any] = {"crawl_id": crawl_id, "pages": [], "items": [], "item_tickets": [],
-                                    "records": [], "skipped": [], "body_keys": []}
+        self.out = Parsed(crawl_id)
         self.follow: list[Request] = []
         self.origins: dict[int, str] = {}  # id(follow-up) -> ticket of the page or failure that yielded it
         self.parsed = 0
@@ -73,17 +72,17 @@ class _Parse:
         """One result: skipped, recorded as it failed, or parsed."""
         req, out = f.request, self.out
         if f.ok and f.body_key:
-            out["body_keys"].append(f.body_key)
+            out.body_keys.append(f.body_key)
         if f.error in SILENT_SKIPS or (f.ok and self.stopping):
-            out["skipped"].append([req.ticket, req.lease])
+            out.skipped.append((req.ticket, req.lease))
         elif not f.ok:
-            out["records"].append(record_doc(self.crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
+            out.records.append(record_doc(self.crawl_id, f, "skipped" if f.error in RECORDED_SKIPS else "failed"))
             if req.errback and f.error not in RECORDED_SKIPS and f.error != Reason.SPIDER_NOT_FOUND:
                 self.failed(f)
         else:
             body = self.bodies.get(f.body_key) if f.body_key else b""
             if body is None and self.rt.state.outcome_of(self.crawl_id, req.ticket):
-                out["skipped"].append([req.ticket, req.lease])  # a replay: stored by the first delivery
+                out.skipped.append((req.ticket, req.lease))  # a replay: stored by the first delivery
             elif body is None:
                 self.fail(f, Reason.BODY_EXPIRED, "the fetched body expired before it was parsed")
             elif self.custody.lost(req.lease) >= self.options.max_worker_lost:
@@ -115,13 +114,13 @@ class _Parse:
         req = f.request
         docs = [item_doc(self.crawl_id, url, f.fp or req.fp, {**req.meta, **i} if self.options.item_meta else i)
                 for i in items]
-        self.out["items"] += docs
-        self.out["item_tickets"] += [req.ticket] * len(docs)  # whose they are, should a hook fail one
+        self.out.items += docs
+        self.out.item_tickets += [req.ticket] * len(docs)  # whose they are, should a hook fail one
 
     def fail(self, f: Fetched, reason: str, message: str, outcome: str = "failed") -> None:
         """The request ends here, recorded with its reason."""
         f.error, f.message = reason, message
-        self.out["records"].append(record_doc(self.crawl_id, f, outcome))
+        self.out.records.append(record_doc(self.crawl_id, f, outcome))
 
     def page(self, f: Fetched, body: bytes, spider: Spider) -> None:
         """Parse one fetched page with the spider; its exceptions end this request only."""
@@ -155,11 +154,11 @@ class _Parse:
         self.parsed += page.pop("_parsed", 0)
         if self.options.store_html or spider.store_html:
             page["body_key"] = f.body_key
-        self.out["pages"].append(page)
+        self.out.pages.append(page)
 
-    def done(self) -> dict[str, Any]:
+    def done(self) -> Parsed:
         """Count, schedule what the pages follow, and hand the output on to the store stage."""
-        self.rt.state.incr(self.crawl_id, parsed=self.parsed, items=len(self.out["items"]))
+        self.rt.state.incr(self.crawl_id, parsed=self.parsed, items=len(self.out.items))
         if self.follow:
             fresh = schedule_new(self.rt.state, self.rt.frontier, self.crawl_id, self.follow, self.options)
             attach_discovered(self.out, self.origins, fresh)

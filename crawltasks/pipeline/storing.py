@@ -8,7 +8,7 @@ from typing import Any
 from .. import logs, notify, revisit
 from ..custody import Custody
 from ..itempipes import close_chain, run_items
-from ..models import Fetched, Request
+from ..models import Fetched, Parsed, Request
 from ..reasons import Reason
 from ..runtime import Runtime
 from ..spiders import Spider, SpiderNotFound, StopCrawl
@@ -16,25 +16,25 @@ from ..store import FAILURES, ITEMS, PAGES
 from .outcomes import IN_TRANSIT, Ending, cancel, hook_failed, lost_message, now_iso, record_doc, spider_missing
 
 
-def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
+def store_stage(rt: Runtime, crawl_id: str, parsed: Parsed) -> bool:
     """Upsert pages, items and records; only then count them done. True if the crawl just finished.
 
     Only the requests whose claims this delivery holds are stored, those lost with their worker
     before one at a time (``custody``). A ``before_store`` that raises fails its request
     (``hook_error``) and the rest is stored; ``after_store`` runs after the write, so its exception
     is logged and counted (``hook_errors``) but never undoes what was stored."""
-    leases = [p["lease"] for p in parsed["pages"]] + [r["lease"] for r in parsed["records"]]
-    leases += [lease for _, lease in parsed["skipped"]]
+    leases = [p["lease"] for p in parsed.pages] + [r["lease"] for r in parsed.records]
+    leases += [lease for _, lease in parsed.skipped]
     custody = Custody(rt, crawl_id, leases)
     finished, tickets = False, []
     for n, part in enumerate(custody.parts(leases)):
         batch = _part(parsed, set(part), first=n == 0)
         with custody.working(part, cool=False):  # finished requests have no claim left to cool
             finished = _store_part(rt, crawl_id, batch, custody) or finished
-        tickets += [p["ticket"] for p in batch["pages"]] + [r["ticket"] for r in batch["records"]]
-        tickets += [ticket for ticket, _ in batch["skipped"]]
+        tickets += [p["ticket"] for p in batch.pages] + [r["ticket"] for r in batch.records]
+        tickets += [ticket for ticket, _ in batch.skipped]
     held = {rt.bodies.key(crawl_id, ticket) for ticket in tickets}  # a stale delivery's keys are the refetch's
-    rt.bodies.drop([key for key in parsed["body_keys"] if key in held])
+    rt.bodies.drop([key for key in parsed.body_keys if key in held])
     if finished:
         close_chain(rt, crawl_id)
         state = rt.state.state_of(crawl_id)
@@ -44,40 +44,40 @@ def store_stage(rt: Runtime, crawl_id: str, parsed: dict[str, Any]) -> bool:
     return finished
 
 
-def _part(parsed: dict[str, Any], leases: set[str], first: bool) -> dict[str, Any]:
+def _part(parsed: Parsed, leases: set[str], first: bool) -> Parsed:
     """The pages, items, records and skips of the requests in ``leases`` (items of no known page
-    go with the first part)."""
-    pages = [p for p in parsed["pages"] if p["lease"] in leases]
-    tickets = {p["ticket"] for p in pages} | {r["ticket"] for r in parsed["records"] if r["lease"] in leases}
-    owners = parsed.get("item_tickets") or [""] * len(parsed["items"])
-    items = [(i, t) for i, t in zip(parsed["items"], owners, strict=True) if t in tickets or (first and not t)]
-    return {"pages": pages, "items": [i for i, _ in items], "item_tickets": [t for _, t in items],
-            "records": [r for r in parsed["records"] if r["lease"] in leases],
-            "skipped": [[t, lease] for t, lease in parsed["skipped"] if lease in leases]}
+    go with the first part); its bodies are dropped by the caller, once every part is stored."""
+    pages = [p for p in parsed.pages if p["lease"] in leases]
+    tickets = {p["ticket"] for p in pages} | {r["ticket"] for r in parsed.records if r["lease"] in leases}
+    owned = zip(parsed.items, parsed.item_tickets, strict=True)
+    items = [(i, t) for i, t in owned if t in tickets or (first and not t)]
+    return Parsed(parsed.crawl_id, pages=pages, items=[i for i, _ in items], item_tickets=[t for _, t in items],
+                  records=[r for r in parsed.records if r["lease"] in leases],
+                  skipped=[(t, lease) for t, lease in parsed.skipped if lease in leases])
 
 
-def _store_part(rt: Runtime, crawl_id: str, batch: dict[str, Any], custody: Custody) -> bool:
+def _store_part(rt: Runtime, crawl_id: str, batch: Parsed, custody: Custody) -> bool:
     """Hooks, bulk writes, then the requests finished. True if the crawl just finished."""
     storage, state, options = rt.storage, rt.state, rt.options(crawl_id)
     ended = {p["ticket"]: Ending(reason=Reason.WORKER_LOST, message=lost_message(custody.lost(p["lease"])))
-             for p in batch["pages"] if custody.lost(p["lease"]) >= options.max_worker_lost}
+             for p in batch.pages if custody.lost(p["lease"]) >= options.max_worker_lost}
     spider = None
-    if batch["items"] or len(ended) < len(batch["pages"]):
+    if batch.items or len(ended) < len(batch.pages):
         try:
             spider = rt.spider(crawl_id)
         except SpiderNotFound as exc:
-            message = spider_missing(rt, crawl_id, exc, len(batch["pages"]))
+            message = spider_missing(rt, crawl_id, exc, len(batch.pages))
             missing = Ending(reason=Reason.SPIDER_NOT_FOUND, message=message)
-            ended = {p["ticket"]: ended.get(p["ticket"], missing) for p in batch["pages"]}
+            ended = {p["ticket"]: ended.get(p["ticket"], missing) for p in batch.pages}
     pages, items = _before_store(rt, crawl_id, spider, batch, ended) if spider else ({}, [])
     if spider is not None:
         items = run_items(rt, crawl_id, spider, items)  # the item processors (crawltasks.itempipes)
-    records = [dict(r) for r in batch["records"]]
-    records += [_ended_record(crawl_id, p, ended[p["ticket"]]) for p in batch["pages"] if p["ticket"] in ended]
+    records = [dict(r) for r in batch.records]
+    records += [_ended_record(crawl_id, p, ended[p["ticket"]]) for p in batch.pages if p["ticket"] in ended]
     outcomes = [(p["ticket"], "stored" if pages.get(p["ticket"]) is not None else "skipped", p["lease"])
-                for p in batch["pages"] if p["ticket"] not in ended]
+                for p in batch.pages if p["ticket"] not in ended]
     outcomes += [(r["ticket"], r["outcome"], r.pop("lease", "")) for r in records]
-    outcomes += [(ticket, "skipped", lease) for ticket, lease in batch["skipped"]]
+    outcomes += [(ticket, "skipped", lease) for ticket, lease in batch.skipped]
     docs = [doc for doc in pages.values() if doc is not None]
     storage.add(PAGES, docs)
     storage.add(ITEMS, items)
@@ -96,15 +96,15 @@ def _store_part(rt: Runtime, crawl_id: str, batch: dict[str, Any], custody: Cust
     return finished
 
 
-def _before_store(rt: Runtime, crawl_id: str, spider: Spider, batch: dict[str, Any],
+def _before_store(rt: Runtime, crawl_id: str, spider: Spider, batch: Parsed,
                   ended: dict[str, Ending]) -> tuple[dict[str, dict[str, Any] | None], list[dict[str, Any]]]:
     """``before_store`` on every document of the requests not ``ended``: (ticket -> page document,
     None if the hook dropped it; the items kept). A hook that raises ends its request ``hook_error``
     (added to ``ended``), every document of that request with it."""
-    keys = [p["body_key"] for p in batch["pages"] if p.get("body_key") and p["ticket"] not in ended]
+    keys = [p["body_key"] for p in batch.pages if p.get("body_key") and p["ticket"] not in ended]
     html = dict(zip(keys, rt.bodies.load(keys), strict=True))
     pages: dict[str, dict[str, Any] | None] = {}
-    for page in batch["pages"]:
+    for page in batch.pages:
         if page["ticket"] in ended:
             continue
         doc = {k: v for k, v in page.items() if k not in IN_TRANSIT}
@@ -115,7 +115,7 @@ def _before_store(rt: Runtime, crawl_id: str, spider: Spider, batch: dict[str, A
             kept["discovered"] = page["discovered"]  # written with the page (crawltasks.recovery)
         pages[page["ticket"]] = kept
     items = [(ticket, _guarded_before_store(rt, crawl_id, spider, "item", dict(item), ticket, ended))
-             for item, ticket in zip(batch["items"], batch["item_tickets"], strict=True) if ticket not in ended]
+             for item, ticket in zip(batch.items, batch.item_tickets, strict=True) if ticket not in ended]
     return ({t: doc for t, doc in pages.items() if t not in ended},
             [doc for t, doc in items if doc is not None and t not in ended])
 
