@@ -19,7 +19,7 @@ from .backends.redis.scripts import register
 from .bloom import BloomFilter
 from .keys import PREFIX, Keys
 from .ports import SeenFilter
-from .settings import default_retention
+from .settings import retention_option
 from .states import CrawlState
 
 MAX_CONNECTIONS = 2048  # Redis connections one process's client may open (they are made only as needed)
@@ -169,8 +169,7 @@ class RedisState:
     # --- retention: a finished crawl's state expires ---------------------------------------------
     def retention_of(self, crawl_id: str) -> float:
         """The crawl's ``retention`` option (the process default for crawls saved without one)."""
-        value = (self.crawl_options(crawl_id) or {}).get("retention")
-        return default_retention() if value is None else float(value)
+        return retention_option(self.crawl_options(crawl_id))
 
     def retire(self, crawl_id: str) -> bool:
         """A finished (or cancelled) crawl leaves the active set and its keys start to expire: the working

@@ -64,6 +64,12 @@ def default_retention() -> float:
     return float(os.environ.get(ENV_RETENTION) or DEFAULT_RETENTION)
 
 
+def retention_option(options: dict | None) -> float:
+    """A saved crawl's ``retention`` option; the process default for crawls saved without one."""
+    value = (options or {}).get("retention")
+    return default_retention() if value is None else float(value)
+
+
 @dataclass
 class CrawlOptions:
     """Everything that shapes one crawl; JSON-safe, stored with the crawl."""

@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from redis.connection import AbstractConnection
 
 from crawltasks.backends.memory.gate import MemoryGate
 from crawltasks.backends.redis.gate import RedisGate
@@ -18,6 +17,7 @@ from crawltasks.keys import Keys
 from crawltasks.ports import HostGate, SlotRequest
 from crawltasks.redisstate import RedisState
 
+from .test_bodies_contract import round_trips
 from .test_hostqueues import FakeClock
 
 FULL_WAIT = 0.025  # what a full host says to wait
@@ -341,13 +341,6 @@ def test_an_exchange_is_one_round_trip_whatever_it_carries(on_redis, monkeypatch
     hosts = [on_redis.host() for _ in range(5)]
     held = [(h, t) for h in hosts for t in on_redis.g.acquire(h, 2, limit=4, delay=0)[0]]
     on_redis.r.ping()
-    sent = [0]
-    original = AbstractConnection.send_packed_command
-
-    def counting(self, *args, **kwargs):
-        sent[0] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    sent = round_trips(monkeypatch)
     grants = on_redis.g.exchange(held, [SlotRequest(h, 3, limit=4, delay=0) for h in hosts], owner="w")
-    assert [len(g.tokens) for g in grants] == [3] * 5 and sent[0] == 1
+    assert [len(g.tokens) for g in grants] == [3] * 5 and sent() == 1

@@ -24,7 +24,7 @@ from typing import Any
 from ...bloom import BloomParams
 from ...ports import SeenFilter
 from ...redisstate import COUNTERS, HOLD, OUTCOMES, PRUNE_BATCH, SUMMARY_FACTOR
-from ...settings import default_retention
+from ...settings import retention_option
 from ...states import CrawlState
 from .frontier import MemoryFrontier
 
@@ -274,8 +274,7 @@ class MemoryRegistry:
         return flags
 
     def retention_of(self, crawl_id: str) -> float:
-        value = (self.crawl_options(crawl_id) or {}).get("retention")
-        return default_retention() if value is None else float(value)
+        return retention_option(self.crawl_options(crawl_id))
 
     def retire(self, crawl_id: str) -> bool:
         """RETIRE: the working state expires after the retention, meta and stats SUMMARY_FACTOR times later."""
