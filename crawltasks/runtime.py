@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,71 +38,54 @@ class Runtime:
     _heartbeat: Heartbeat | None = None
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
 
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        """The process's one ``name`` (a ``_name`` field), made on first use by one thread only; a
+        twin put there beforehand (tests) stays. Callers try the field first: the hot path is one read."""
+        with self._lock:
+            if getattr(self, name) is None:
+                setattr(self, name, make())
+            return getattr(self, name)
+
     @property
     def state(self) -> RedisState:
-        if self._state is None:
-            with self._lock:
-                if self._state is None:
-                    self._state = RedisState.from_url(self.settings.redis_url)
-        return self._state
+        return self._state or self._once("_state", lambda: RedisState.from_url(self.settings.redis_url))
 
     @property
     def frontier(self) -> RedisFrontier:
-        if self._frontier is None:
-            with self._lock:
-                if self._frontier is None:
-                    self._frontier = RedisFrontier(self.state.r)
-        return self._frontier
+        return self._frontier or self._once("_frontier", lambda: RedisFrontier(self.state.r))
 
     @property
     def bodies(self) -> BodyStore:
         """Where fetched bodies wait for parse and store (Redis, on the state's connections)."""
-        if self._bodies is None:
-            with self._lock:
-                if self._bodies is None:
-                    self._bodies = RedisBodies(self.state.r)
-        return self._bodies
+        return self._bodies or self._once("_bodies", lambda: RedisBodies(self.state.r))
 
     @property
     def gate(self) -> HostGate:
         """The per-host gate every worker shares (Redis, on the state's connections)."""
-        if self._gate is None:
-            with self._lock:
-                if self._gate is None:
-                    self._gate = RedisGate(self.state.r)
-        return self._gate
+        return self._gate or self._once("_gate", lambda: RedisGate(self.state.r))
 
     @property
     def sender(self) -> Sender:
         """Where this process's work goes to the stage workers (Celery, on this process's broker
         connections); the dispatcher and the fetch engine send through it."""
         if self._sender is None:
-            with self._lock:
-                if self._sender is None:
-                    from .sending import CelerySender  # the Celery side: loaded by a process that sends
+            from .sending import CelerySender  # the Celery side: loaded by a process that sends
 
-                    self._sender = CelerySender()
+            self._once("_sender", CelerySender)
         return self._sender
 
     @property
     def heartbeat(self) -> Heartbeat:
         """This process's heartbeat (started by whoever first claims work here)."""
-        if self._heartbeat is None:
-            with self._lock:
-                if self._heartbeat is None:
-                    self._heartbeat = Heartbeat(self.state.r)
-        return self._heartbeat
+        return self._heartbeat or self._once("_heartbeat", lambda: Heartbeat(self.state.r))
 
     def fleet(self) -> Fleet:
         return Fleet(self.state.r)
 
     @property
     def storage(self) -> MongoStorage:
-        if self._storage is None:
-            with self._lock:
-                if self._storage is None:
-                    self._storage = MongoStorage.from_url(self.settings.mongo_url, self.settings.mongo_db)
-        return self._storage
+        return self._storage or self._once(
+            "_storage", lambda: MongoStorage.from_url(self.settings.mongo_url, self.settings.mongo_db))
 
     def options(self, crawl_id: str) -> CrawlOptions:
         """A crawl's options, read from Redis once per process (they do not change during a crawl)."""
