@@ -82,7 +82,7 @@ class CrawlOptions:
     max_retries: int = 3
     retry_base: float = 1.0  # seconds; countdown = retry_base * 2**attempt, capped by retry_cap
     retry_cap: float = 60.0  # kept far below the broker's visibility timeout
-    batch_size: int = 16  # requests per fetch -> parse -> store chain
+    batch_size: int = 64  # requests per fetch task, and results per parse -> store chain
     host_concurrency: int = 2  # requests in flight per host, across all workers
     host_delay: float = 0.5  # seconds between two request starts on one host, across all workers
     timeout: float = 20.0  # seconds for one whole response, connect to last byte

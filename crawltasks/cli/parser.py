@@ -77,7 +77,7 @@ def build_parser() -> Parser:
     c.add_argument("--max-retries", type=positive_int, help="retries of transient failures (default 3)")
     c.add_argument("--fetch-concurrency", "--fetch-threads", type=positive_int, dest="fetch_concurrency",
                    help="HTTP requests in flight at once per worker process (default 512)")
-    c.add_argument("--batch-size", type=positive_int, help="requests per task message (default 16)")
+    c.add_argument("--batch-size", type=positive_int, help="requests per task message (default 64)")
     c.add_argument("--timeout", type=non_negative_float, help="seconds for one whole response (default 20)")
     c.add_argument("--allowed-domain", action="append", dest="allowed_domains",
                    help="follow links to this domain (repeatable; default: the seeds' hosts)")
