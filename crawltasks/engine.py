@@ -42,7 +42,8 @@ from .urls import host_key
 log = logging.getLogger("crawltasks")
 
 GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them back in the frontier
-START_SLACK = 0.02  # a request that starts later than this after its slot was granted tells the gate
+START_SLACK = 0.02  # a request that starts later than this after its slot was granted asks the gate again
+LATE_TRIES = 3  # times a late request asks for its turn again when the process stalls once more
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
@@ -307,7 +308,7 @@ class FetchEngine:
         replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after())
         self.done_slots = []
         granted_at = time.monotonic()
-        for key, ask, (tokens, wait_s, backoff_s) in zip(asking, asks, replies, strict=True):
+        for key, ask, (tokens, wait_s, backoff_s, next_start) in zip(asking, asks, replies, strict=True):
             self._gate(key[0]).backed_off[key[1]] = backoff_s > 0  # good answers are reported only then
             jobs = self.waiting[key]
             for token in tokens:
@@ -317,8 +318,9 @@ class FetchEngine:
                     self.flying.add((job.crawl_id, job.request.lease))
                     if job.request.priority == "high":
                         self.high_at[job.host] = granted_at
+                on_send = self._on_send(job.host, ask.delay + backoff_s, granted_at, next_start)
                 self.pool.submit(_fetch_job, self.events, job, token, self._options(job.crawl_id),
-                                 self._robots(job.crawl_id), self._on_send(job.host, ask.delay, granted_at))
+                                 self._robots(job.crawl_id), on_send)
             if not jobs:
                 self._drop_queue(key)
             elif not tokens and wait_s > GIVE_BACK_AFTER:
@@ -326,23 +328,32 @@ class FetchEngine:
             else:
                 self.ask_at[key] = now + (max(wait_s, 0.005) if not tokens else 0.0)
 
-    def _on_send(self, host: str, delay: float, granted_at: float) -> Callable[[], None]:
-        """What a fetch thread does as its request goes out (called before and after): when the
-        process was busy and the request starts late, the host's next start moves to a delay from
-        now, so that the spacing holds where the site sees it, not only where the slot was granted.
-        Before: a thread that waited long moves the host before its request is out. After: a stall
-        while it was sending moves it again."""
-        mark = [granted_at]
+    def _on_send(self, host: str, delay: float, granted_at: float, next_start: float) -> Callable[[bool], None]:
+        """What a fetch thread does as its request goes out: when the process was busy and the request
+        reaches the wire late, it asks the gate for its turn again before its first byte is sent (it
+        goes now if no start was granted after its own, else it waits a delay after that one), so the
+        spacing holds where the site sees it, not only where the slot was granted. Once it is out, a
+        stall while it was sending moves the host's next start to a delay from now."""
+        held = [granted_at, next_start]  # when this request may start (here), the next start it set (gate)
 
-        def started() -> None:
-            now = time.monotonic()
-            if delay > 0 and now - mark[0] > START_SLACK:
-                mark[0] = now  # the host's next start is now + delay, or later if the call is slow
-                try:
+        def on_send(done: bool) -> None:
+            if delay <= 0 or time.monotonic() - held[0] <= START_SLACK:
+                return
+            try:
+                if done:
                     self.rt.gate.started(host, delay)
-                except redis.RedisError as exc:  # the request is not at fault: it goes on
-                    log.warning("could not move %s's next start: %r", host, exc)
-        return started
+                    return
+                for _ in range(LATE_TRIES):
+                    asked = time.monotonic()
+                    wait, held[1] = self.rt.gate.late_start(host, delay, held[1])
+                    held[0] = asked + wait
+                    if wait > 0:
+                        time.sleep(wait)
+                    if time.monotonic() - held[0] <= START_SLACK:
+                        return
+            except redis.RedisError as exc:  # the request is not at fault: it goes on
+                log.warning("could not move %s's next start: %r", host, exc)
+        return on_send
 
     def _behind_higher(self, key: tuple[str, str], first: Job, best: dict[str, int], now: float) -> bool:
         """True when another crawl's higher-priority requests for the same host go first: they

@@ -110,14 +110,15 @@ def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any
     return None
 
 
-def fetch_one(request: Request, options: CrawlOptions, on_send: Callable[[], None] | None = None,
+def fetch_one(request: Request, options: CrawlOptions, on_send: Callable[[bool], None] | None = None,
               transport: Transport | None = None) -> tuple[Fetched, bytes | None]:
     """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one).
 
     Redirects are followed here, hop by hop, so that each hop is canonicalized, checked for loops
     and checked by the SSRF guard before anything connects to it. ``options.timeout`` caps the whole
-    fetch, every hop and every byte included. ``on_send`` is called just before the first request
-    goes out on its connection and once it is out (the politeness gate learns when it really started).
+    fetch, every hop and every byte included. ``on_send`` is called with False just before the
+    first request's bytes go out (it may hold them there: a late start waits for its turn at the host)
+    and with True once it is out (the politeness gate learns when it really started).
 
     ``transport`` carries each hop: by default the process's pooled one, whose connections go to the
     addresses the guard checked and whose sockets the total-time cap cuts. Another transport (a test's

@@ -153,14 +153,15 @@ return 1
 # delay). A token "<worker id>|<random>" whose worker has not beaten for dead_ms is freed when the
 # host is full: a worker that died mid-request holds its host no longer than its heartbeat says.
 # Returns {slots granted, milliseconds to wait before asking again when none was, the host's
-# back-off in ms (so that a worker reports good answers only to a host that is backed off)}.
+# back-off in ms (so that a worker reports good answers only to a host that is backed off), the
+# host's next start this grant set, in ms of the gate's clock (0 if none: what LATE_START is told)}.
 ACQUIRE_HOST = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local extra = tonumber(redis.call('GET', KEYS[3]) or '0')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-if nxt > now then return {0, nxt - now, extra} end
+if nxt > now then return {0, nxt - now, extra, 0} end
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 if free <= 0 then
   for _, token in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
@@ -172,15 +173,18 @@ if free <= 0 then
   end
   free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 end
-if free <= 0 then return {0, 25, extra} end
+if free <= 0 then return {0, 25, extra, 0} end
 local delay = tonumber(ARGV[2]) + extra
 local n = math.min(free, #ARGV - 4)
 if delay > 0 then n = 1 end
 local lease = tonumber(ARGV[3])
 for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[4 + i]) end
 redis.call('PEXPIRE', KEYS[1], lease)
-if delay > 0 then redis.call('SET', KEYS[2], now + delay, 'PX', delay) end
-return {n, 0, extra}
+if delay > 0 then
+  redis.call('SET', KEYS[2], now + delay, 'PX', delay)
+  return {n, 0, extra, now + delay}
+end
+return {n, 0, extra, 0}
 """
 
 # KEYS: host next, host backoff. ARGV: "slow" with a wait in ms (Retry-After or 0), or "ok".
@@ -215,4 +219,20 @@ if until_ms > tonumber(redis.call('GET', KEYS[1]) or '0') then
   redis.call('SET', KEYS[1], until_ms, 'PX', tonumber(ARGV[1]))
 end
 return 1
+"""
+
+# KEYS: host next. ARGV: delay_ms, mine_ms (the next start the request's grant set, or the one this
+# script last set for it). A request that reaches the wire late: when no start was granted after its
+# own (the host's next start is still the one it set, or passed), it starts now and the next one
+# waits a delay from now; else it starts when that later start's delay ends, and the next one a delay
+# after it. Returns {ms to wait before starting, the host's next start it set (its mine_ms next time)}.
+LATE_START = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local delay = tonumber(ARGV[1])
+local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
+local at = now
+if nxt > now and nxt > tonumber(ARGV[2]) then at = nxt end
+redis.call('SET', KEYS[1], at + delay, 'PX', at + delay - now)
+return {at - now, at + delay}
 """

@@ -157,6 +157,7 @@ class Grant(NamedTuple):
     tokens: list[str]  # the slots granted: give each back with its host
     wait: float  # seconds to wait before asking again, when none was granted
     backoff: float  # the host's extra delay in seconds (only a backed-off host is told of good answers)
+    next_start: float = 0.0  # with a delay: the host's next start this grant set (gate's clock, seconds)
 
 
 class HostLoad(NamedTuple):
@@ -192,6 +193,13 @@ class HostGate(Protocol):
         """A request of the host started only now: its next start waits ``delay`` from now, at least."""
         ...
 
+    def late_start(self, host: str, delay: float, mine: float) -> tuple[float, float]:
+        """A request reaches the wire late, its grant having set the host's next start to ``mine``: it
+        starts now if no start was granted after its own, else when that one's delay ends; the next
+        start waits ``delay`` after it. Returns (seconds to wait before starting, the host's next
+        start now set: the ``mine`` of a later call for the same request)."""
+        ...
+
     def view(self, hosts: Sequence[str]) -> list[HostLoad]:
         """How each of ``hosts`` looks now, in order."""
         ...
@@ -199,7 +207,7 @@ class HostGate(Protocol):
     def acquire(self, host: str, want: int, limit: int, delay: float,
                 lease: float = 120.0) -> tuple[list[str], float]:
         """Up to ``want`` of host's slots: (tokens granted, seconds to wait if none)."""
-        [(tokens, wait, _)] = self.exchange([], [SlotRequest(host, want, limit, delay, lease)])
+        [(tokens, wait, _, _)] = self.exchange([], [SlotRequest(host, want, limit, delay, lease)])
         return tokens, wait
 
     def acquire_one(self, host: str, limit: int, delay: float, lease: float = 120.0) -> tuple[str | None, float]:

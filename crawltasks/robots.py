@@ -104,7 +104,7 @@ class Robots:
         self._parsed[origin] = (time.monotonic() + 300, rules)
         return rules
 
-    def download(self, origin: str, on_send: Callable[[], None] | None = None) -> str:
+    def download(self, origin: str, on_send: Callable[[bool], None] | None = None) -> str:
         """Fetch and cache robots.txt; a missing one allows everything, an unreachable one too for a while."""
         options = replace(self.options, timeout=min(self.options.timeout, 10.0), max_size=MAX_ROBOTS_SIZE)
         fetched, body = fetch_one(Request(url=origin + "/robots.txt"), options, on_send)

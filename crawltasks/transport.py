@@ -44,8 +44,9 @@ class Watch:
         self.sock: socket.socket | None = None
         self.expired = False
         self.done = False
-        # called just before the first request goes out and again once it is out (then dropped)
-        self.on_send: Callable[[], None] | None = None
+        # called with False just before the request's first bytes go out (it may wait there: the
+        # politeness gate's late start), with True once it is out (then dropped)
+        self.on_send: Callable[[bool], None] | None = None
         self.handshaking = False  # connected to an HTTPS server, TLS handshake not done (see fetch._classify)
         self._lock = threading.Lock()
 
@@ -54,7 +55,7 @@ class Watch:
         if done:
             self.on_send = None
         if hook is not None:
-            hook()
+            hook(done)
 
     def attach(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -158,13 +159,22 @@ class _WatchedMixin:
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         self._attach()
-        watch = getattr(_local, "watch", None)
-        if watch is not None:
-            watch.sending(done=False)
+        self._before_first_send = True
         super().request(*args, **kwargs)  # type: ignore[misc]
+        watch = getattr(_local, "watch", None)
         if watch is not None:  # once the request is out: its start is known to be no later than now
             watch.sending(done=True)
         self._attach()
+
+    def send(self, data: Any) -> None:
+        """The request's first bytes: the hook runs here, after the request line and headers are built,
+        so nothing but this call stands between the politeness gate's word and the wire."""
+        if getattr(self, "_before_first_send", False):
+            self._before_first_send = False
+            watch = getattr(_local, "watch", None)
+            if watch is not None:
+                watch.sending(done=False)
+        super().send(data)  # type: ignore[misc]
 
     def _attach(self) -> None:
         watch = getattr(_local, "watch", None)

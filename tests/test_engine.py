@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
+from crawltasks.backends.memory.gate import MemoryGate, _Host
 from crawltasks.backends.memory.sender import MemorySender
 from crawltasks.engine import FetchEngine
 from crawltasks.keys import Keys
@@ -160,3 +163,42 @@ def test_requests_in_hand_are_renewed_and_a_forgotten_claim_goes_back(rt, engine
         assert [f.url for f in results.wait_for(1)] == [flying.url]
     finally:
         slow.stop()
+
+
+# --- a request that reaches the wire late (the gate's twin, the real clock) -----------------------------
+
+def late_start_hook(gate: MemoryGate, host: str, delay: float, late_by: float) -> Callable[[bool], None]:
+    """The hook of a request of ``host`` whose slot was granted ``late_by`` seconds ago (the grant set
+    the host's next start a delay after that), in an engine with the gate's twin."""
+    granted = time.monotonic() - late_by
+    gate.hosts.setdefault(host, _Host()).next_at = round((granted + delay) * 1000)
+    engine = SimpleNamespace(rt=SimpleNamespace(gate=gate))
+    return FetchEngine._on_send(engine, host, delay, granted, granted + delay)
+
+
+def test_a_request_on_time_goes_at_once_and_leaves_the_gate_alone():
+    gate = MemoryGate()
+    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.0)
+    next_at = gate.hosts["a:80"].next_at
+    started = time.monotonic()
+    hook(False)
+    hook(True)
+    assert time.monotonic() - started < 0.05 and gate.hosts["a:80"].next_at == next_at
+
+
+def test_a_late_request_waits_for_a_start_granted_after_its_own_then_pushes_the_next_one():
+    gate = MemoryGate()
+    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.35)  # its grant's delay has passed...
+    other_start = time.monotonic() - 0.05
+    gate.hosts["a:80"].next_at = round((other_start + 0.3) * 1000)  # ...and another start was granted
+    hook(False)
+    assert time.monotonic() - other_start >= 0.29  # a delay after the other start, not beside it
+    assert gate.view(["a:80"])[0].wait > 0.25  # and the next start a delay after this one
+
+
+def test_a_late_request_with_no_start_after_its_own_goes_now_and_moves_the_next_start():
+    gate = MemoryGate()
+    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.1)
+    started = time.monotonic()
+    hook(False)
+    assert time.monotonic() - started < 0.05 and 0.25 < gate.view(["a:80"])[0].wait <= 0.3

@@ -311,5 +311,12 @@ def test_headers_cookies_and_timeouts_reach_the_transport():
 def test_on_send_is_told_when_the_request_goes_out():
     calls = []
     transport = MockTransport(lambda request: response(request, 200, HTML, PAGE))
-    fetched, _ = fetch_one(Request(url=BASE + "/"), OPTIONS, lambda: calls.append(1), transport=transport)
+    fetched, _ = fetch_one(Request(url=BASE + "/"), OPTIONS, lambda done: calls.append(1), transport=transport)
     assert fetched.ok and calls == [1, 1]  # going out, then out
+
+
+def test_on_send_says_whether_the_request_is_going_out_or_out():
+    calls = []
+    transport = MockTransport(lambda request: response(request, 200, HTML, PAGE))
+    fetch_one(Request(url=BASE + "/"), OPTIONS, calls.append, transport=transport)
+    assert calls == [False, True]

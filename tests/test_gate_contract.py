@@ -42,6 +42,14 @@ class Twin:
     def beat(self, owner: str, ago: float = 0.0) -> None:
         self.g.beats[owner] = self.clock.now - ago
 
+    def seen(self, at: float) -> float:
+        """A time the gate answered, on the test's clock (the one ``advance`` moves)."""
+        return at
+
+    def told(self, t: float) -> float:
+        """A time on the test's clock, as the gate reads it."""
+        return t
+
     def backoff_lasts(self, host: str) -> float:
         h = self.g.hosts[host]
         return (h.backoff_until - self.g._now()) / 1000 if h.backoff else 0.0
@@ -62,6 +70,7 @@ class OnRedis:
         self.g: HostGate = RedisGate(self.r)
         self.hosts: list[str] = []
         self.owners: list[str] = []
+        self.advanced = 0.0
 
     def host(self) -> str:
         self.hosts.append(f"g-{uuid.uuid4().hex[:6]}:80")
@@ -82,6 +91,7 @@ class OnRedis:
 
     def advance(self, seconds: float) -> None:
         ms = int(seconds * 1000)
+        self.advanced += ms / 1000
         for host in self.hosts:
             slots, nxt = Keys.host_slots(host), Keys.host_next(host)
             entries = self.r.zrange(slots, 0, -1, withscores=True)
@@ -97,6 +107,14 @@ class OnRedis:
             beat = self.r.zscore(Keys.workers, owner)
             if beat is not None:
                 self.r.zadd(Keys.workers, {owner: beat - ms})
+
+    def seen(self, at: float) -> float:
+        """A time the gate answered, on the test's clock: Redis' own plus what ``advance`` moved."""
+        return at + self.advanced
+
+    def told(self, t: float) -> float:
+        """A time on the test's clock, as Redis' clock reads it."""
+        return t - self.advanced
 
     def beat(self, owner: str, ago: float = 0.0) -> None:
         self.r.zadd(Keys.workers, {owner: self._now_ms() - int(ago * 1000)})
@@ -133,7 +151,7 @@ def test_a_host_never_has_more_than_its_limit_of_slots(side):
 
 def test_tokens_carry_their_owner(side):
     host, owner = side.host(), side.owner()
-    [(mine, _, _)] = side.g.exchange([], [SlotRequest(host, 2, limit=5, delay=0)], owner=owner)
+    [(mine, _, _, _)] = side.g.exchange([], [SlotRequest(host, 2, limit=5, delay=0)], owner=owner)
     assert len(mine) == 2 and all(t.startswith(owner + "|") for t in mine)
     anonymous, _ = side.g.acquire(host, 1, limit=5, delay=0)
     assert "|" not in anonymous[0]
@@ -177,7 +195,7 @@ def test_a_slot_given_back_is_free_again(side):
 
 def test_one_exchange_gives_back_first_then_answers_each_request_in_turn(side):
     a, b, c = side.host(), side.host(), side.host()
-    [(held, _, _)] = side.g.exchange([], [SlotRequest(a, 2, limit=2, delay=0)])
+    [(held, _, _, _)] = side.g.exchange([], [SlotRequest(a, 2, limit=2, delay=0)])
     asks = [SlotRequest(a, 1, limit=2, delay=0), SlotRequest(b, 3, limit=2, delay=0),
             SlotRequest(c, 2, limit=9, delay=5), SlotRequest(a, 1, limit=2, delay=0)]
     grants = side.g.exchange([(a, held[0])], asks)
@@ -189,7 +207,7 @@ def test_one_exchange_gives_back_first_then_answers_each_request_in_turn(side):
 def test_a_slow_answer_backs_the_host_off_and_holds_it(side):
     host = side.host()
     assert side.g.feedback(host, slow=True) == 1.0
-    [(none, wait, backoff)] = side.g.exchange([], [SlotRequest(host, 1, limit=5, delay=0)])
+    [(none, wait, backoff, _)] = side.g.exchange([], [SlotRequest(host, 1, limit=5, delay=0)])
     assert none == [] and 0.95 < wait <= 1.0 and backoff == 1.0
     assert side.g.view([host])[0].backoff == 1.0
     asked = side.host()  # Retry-After longer than the back-off: held for it, the back-off is still 1 s
@@ -201,7 +219,7 @@ def test_a_backed_off_host_adds_its_back_off_to_the_delay(side):
     host = side.host()
     side.g.feedback(host, slow=True)
     side.advance(1.05)
-    [(first, wait, backoff)] = side.g.exchange([], [SlotRequest(host, 3, limit=5, delay=0.5)])
+    [(first, wait, backoff, _)] = side.g.exchange([], [SlotRequest(host, 3, limit=5, delay=0.5)])
     assert len(first) == 1 and backoff == 1.0  # one at a time, though the host has no delay of its own
     assert 1.4 < side.g.acquire(host, 1, limit=5, delay=0.5)[1] <= 1.5
 
@@ -236,13 +254,13 @@ def test_a_full_host_frees_the_slots_of_owners_whose_heartbeat_stopped(side):
     host, dead, live = side.host(), side.owner(), side.owner()
     side.beat(dead)
     side.beat(live)
-    [(held, _, _)] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0)], owner=dead)
+    [(held, _, _, _)] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0)], owner=dead)
     side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0)], owner=live)
     side.g.acquire(host, 1, limit=3, delay=0)  # no owner: never freed this way
     assert side.g.acquire(host, 1, limit=3, delay=0, lease=60) == ([], FULL_WAIT)
     side.beat(dead, ago=11)
     side.beat(live, ago=9)
-    [(got, _, _)] = side.g.exchange([], [SlotRequest(host, 1, limit=3, delay=0)], owner=live, dead_after=10)
+    [(got, _, _, _)] = side.g.exchange([], [SlotRequest(host, 1, limit=3, delay=0)], owner=live, dead_after=10)
     assert len(got) == 1 and side.g.view([host])[0].in_flight == 3
     side.g.release([(host, held[0])])  # the dead owner's slot was freed: giving it back changes nothing
     assert side.g.view([host])[0].in_flight == 3
@@ -285,6 +303,51 @@ def test_a_late_start_moves_the_hosts_next_start(side):
     assert side.g.view([other])[0].wait == 0.0
     side.g.started(other, 0.3)
     assert 0.25 < side.g.acquire(other, 1, limit=5, delay=0)[1] <= 0.3
+
+
+def test_a_request_late_to_the_wire_starts_now_when_no_start_was_granted_after_it(side):
+    host = side.host()
+    [grant] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])
+    assert len(grant.tokens) == 1
+    mine = side.seen(grant.next_start)
+    side.advance(0.2)
+    wait, _ = side.g.late_start(host, 0.5, side.told(mine))
+    assert wait == 0.0
+    assert 0.45 < side.g.view([host])[0].wait <= 0.5  # the next start: a delay from the late one
+
+
+def test_a_grant_without_a_delay_sets_no_next_start(side):
+    [grant] = side.g.exchange([], [SlotRequest(side.host(), 1, limit=2, delay=0)])
+    assert len(grant.tokens) == 1 and grant.next_start == 0.0
+
+
+def test_a_request_late_to_the_wire_goes_a_delay_after_a_start_granted_after_it(side):
+    host = side.host()
+    [first] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])
+    first_next = side.seen(first.next_start)
+    side.advance(0.6)
+    [second] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])
+    assert len(second.tokens) == 1
+    second_next = side.seen(second.next_start)
+    side.advance(0.05)  # the first request reaches the wire only now, after the second was granted
+    wait, mine = side.g.late_start(host, 0.5, side.told(first_next))
+    assert 0.4 < wait <= 0.45 and abs(side.seen(mine) - (second_next + 0.5)) < 0.01
+    assert 0.9 < side.g.view([host])[0].wait <= 0.95  # the next start a delay after its own
+    mine = side.seen(mine)
+    side.advance(0.5)  # late again past its own start: nothing was granted after it, it goes now
+    wait, _ = side.g.late_start(host, 0.5, side.told(mine))
+    assert wait == 0.0 and 0.45 < side.g.view([host])[0].wait <= 0.5
+
+
+def test_a_late_start_after_the_next_start_has_passed_goes_now(side):
+    host = side.host()
+    [first] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])
+    first_next = side.seen(first.next_start)
+    side.advance(0.6)
+    side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])
+    side.advance(0.6)  # the later start's delay is over too
+    wait, _ = side.g.late_start(host, 0.5, side.told(first_next))
+    assert wait == 0.0 and 0.45 < side.g.view([host])[0].wait <= 0.5
 
 
 def test_hosts_are_gated_each_on_its_own(side):

@@ -93,14 +93,14 @@ def test_host_gate_limits_parallelism_and_spaces_requests(gate):
 
 def test_one_round_trip_gives_back_and_takes_slots_for_several_hosts(gate):
     a, b = (f"h-{uuid.uuid4().hex[:6]}:80" for _ in range(2))
-    [(held, _, extra)] = gate.exchange([], [SlotRequest(a, 3, limit=2, delay=0)])
+    [(held, _, extra, _)] = gate.exchange([], [SlotRequest(a, 3, limit=2, delay=0)])
     assert len(held) == 2 and extra == 0
     # Give one of a's slots back while asking for two of a's and one of b's, all at once.
     asks = [SlotRequest(a, 2, limit=2, delay=0), SlotRequest(b, 1, limit=1, delay=0)]
     got = gate.exchange([(a, held[0])], asks)
-    assert [len(tokens) for tokens, _, _ in got] == [1, 1]
+    assert [len(tokens) for tokens, *_ in got] == [1, 1]
     gate.feedback(b, slow=True)
-    [(none, wait, extra)] = gate.exchange([], [SlotRequest(b, 1, limit=5, delay=0)])
+    [(none, wait, extra, _)] = gate.exchange([], [SlotRequest(b, 1, limit=5, delay=0)])
     assert none == [] and wait > 0 and extra >= 1.0  # a backed-off host says so
 
 

@@ -5,6 +5,7 @@ what a fetch on the wire does (tests/test_fetch_unit.py)."""
 from __future__ import annotations
 
 import gzip
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -39,6 +40,15 @@ ROUTES: dict[str, Route] = {
     "/unavailable": lambda m, h, b: (503, {**TEXT, "Retry-After": "7"}, b"later"),
 }
 OPTIONS = CrawlOptions(timeout=5, private_hosts=["127.0.0.1"])
+ARRIVALS: list[float] = []  # when "/arrival" was served: the request reached the server then
+
+
+def _arrival(m: str, h: dict[str, str], b: bytes) -> Reply:
+    ARRIVALS.append(time.monotonic())
+    return 200, TEXT, HTML
+
+
+ROUTES["/arrival"] = _arrival
 
 
 def _real_route(route: Route):
@@ -153,3 +163,19 @@ def test_fetch_one_classifies_alike(at, path):
     }[path]
     assert outcome == expected, fetched
     assert (body is None) == (fetched.error is not None)
+
+
+def test_the_hook_before_sending_holds_the_request_until_it_returns(at):
+    """The politeness gate's late start waits in this hook: nothing may reach the server before it ends."""
+    transport, base = at
+    ARRIVALS.clear()
+    calls: list[tuple[bool, float]] = []
+
+    def on_send(done: bool) -> None:
+        if not done:
+            time.sleep(0.1)
+        calls.append((done, time.monotonic()))
+
+    fetched, _ = fetch_one(Request(url=base + "/arrival"), OPTIONS, on_send, transport=transport)
+    assert fetched.ok and [done for done, _ in calls] == [False, True]
+    assert len(ARRIVALS) == 1 and calls[0][1] <= ARRIVALS[0] <= calls[1][1]

@@ -1,5 +1,5 @@
 """The shared per-host gate in memory: the twin of ``RedisGate``, the Lua of ``crawltasks.lua``
-(ACQUIRE_HOST, HOST_FEEDBACK, HOST_STARTED) step by step in Python, in milliseconds as there.
+(ACQUIRE_HOST, HOST_FEEDBACK, HOST_STARTED, LATE_START) step by step in Python, in milliseconds as there.
 Contract: ``tests/test_gate_contract.py``. Time comes from ``clock`` (seconds), heartbeats from
 ``beats`` (owner -> the clock's time of its last beat: the twin of ``Keys.workers``)."""
 
@@ -82,9 +82,10 @@ class MemoryGate(HostGate):
         for token in tokens[:n]:
             h.slots[token] = now + lease
         h.slots_until = now + lease
-        if delay > 0:
-            h.next_at = now + delay
-        return Grant(tokens[:n], 0.0, extra / 1000.0)
+        if delay <= 0:
+            return Grant(tokens[:n], 0.0, extra / 1000.0)
+        h.next_at = now + delay
+        return Grant(tokens[:n], 0.0, extra / 1000.0, h.next_at / 1000.0)
 
     def _free_dead(self, h: _Host, silent_since: int) -> None:
         """A full host frees the slots of owners whose last beat is older than ``silent_since``."""
@@ -117,6 +118,15 @@ class MemoryGate(HostGate):
                 now = self._now()
                 h = self._host(host, now)
                 h.next_at = max(h.next_at, now + int(delay * 1000))
+
+    def late_start(self, host: str, delay: float, mine: float) -> tuple[float, float]:
+        """LATE_START."""
+        with self._lock:
+            now = self._now()
+            h = self._host(host, now)
+            at = h.next_at if h.next_at > now and h.next_at > round(mine * 1000) else now
+            h.next_at = at + int(delay * 1000)
+            return (at - now) / 1000.0, h.next_at / 1000.0
 
     def view(self, hosts: Sequence[str]) -> list[HostLoad]:
         with self._lock:

@@ -132,8 +132,8 @@ class MockTransport:
         """Answer ``request`` from the handler, streaming; redirects are answers like any other."""
         self.sent.append(Sent(request, dict(proxies or {}), timeout))
         sending(done=False)  # the politeness gate learns the start, as from a connection
+        answer = self.handler(request)  # the request reaches the "server" between the two calls
         sending(done=True)
-        answer = self.handler(request)
         return answer if isinstance(answer, requests.Response) else response(request, *answer)
 
     @classmethod

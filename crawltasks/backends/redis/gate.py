@@ -1,6 +1,6 @@
 """The shared per-host gate in Redis (the ``HostGate`` port of ``crawltasks.ports``; its twin:
 ``backends.memory.gate``). Each step is one Lua script of ``crawltasks.lua`` (ACQUIRE_HOST,
-HOST_FEEDBACK, HOST_STARTED), so every worker of every machine sees one gate; times are Redis' clock.
+HOST_FEEDBACK, HOST_STARTED, LATE_START), so every worker of every machine sees one gate; times are Redis' clock.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class RedisGate(HostGate):
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._acquire, self._feedback, self._started = register(
-            client, lua.ACQUIRE_HOST, lua.HOST_FEEDBACK, lua.HOST_STARTED)
+        self._acquire, self._feedback, self._started, self._late_start = register(
+            client, lua.ACQUIRE_HOST, lua.HOST_FEEDBACK, lua.HOST_STARTED, lua.LATE_START)
 
     def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
                  owner: str = "", dead_after: float = 10.0) -> list[Grant]:
@@ -51,8 +51,9 @@ class RedisGate(HostGate):
                              int(req.lease * 1000), int(dead_after * 1000), *tokens)
 
         replies = pipelined(self.r, build, self._acquire)
-        return [Grant(tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0)
-                for (_, tokens), (granted, wait_ms, extra_ms) in zip(asks, replies[len(release):], strict=True)]
+        answers = zip(asks, replies[len(release):], strict=True)
+        return [Grant(tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0, int(next_ms) / 1000.0)
+                for (_, tokens), (granted, wait_ms, extra_ms, next_ms) in answers]
 
     def feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
         args = ["slow", int(wait * 1000)] if slow else ["ok", 0]
@@ -61,6 +62,10 @@ class RedisGate(HostGate):
     def started(self, host: str, delay: float) -> None:
         if delay > 0:
             self._started(keys=[Keys.host_next(host)], args=[int(delay * 1000)])
+
+    def late_start(self, host: str, delay: float, mine: float) -> tuple[float, float]:
+        wait_ms, next_ms = self._late_start(keys=[Keys.host_next(host)], args=[int(delay * 1000), round(mine * 1000)])
+        return int(wait_ms) / 1000.0, int(next_ms) / 1000.0
 
     def view(self, hosts: Sequence[str]) -> list[HostLoad]:
         """Read with Redis' own clock (two round trips: the clock, then every host's keys)."""
