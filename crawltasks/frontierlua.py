@@ -29,30 +29,62 @@ local function slot_free(busy, frontier, host)
 end
 """
 
-# KEYS: seen, stats, per-host counts, hosts, frontier, ready. ARGV: queue prefix, max_pages,
-# max_per_host (0 = no cap), counted (1: dedupe and counters were done already, by the Bloom filter),
-# then fp ("!" before it: dont_filter), host, priority code, queue entry per request.
-# A new request is marked seen and queued in the same step: nothing can be seen and not queued.
+# KEYS: seen, stats, per-host counts, hosts, frontier, ready[, Bloom parameters]. ARGV: queue prefix,
+# max_pages, max_per_host (0 = no cap), counted (1: queue only; the requests are pending already),
+# Bloom bits m and hashes k (0 0: the seen key is an exact set; else it is a Bloom bitmap, see
+# ``crawltasks.bloom``), then fp ("!" before it: dont_filter), host, priority code, queue entry per request.
+# A new request is marked seen and queued in the same step, in either dedupe mode: nothing can be
+# seen and not queued, and the max_pages caps hold for both.
 # Returns per request 1 new, 0 duplicate, 2 over max_pages, 3 over max_per_host.
 SCHEDULE = _COMMON + """
 local prefix, max_pages, max_host = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local counted = ARGV[4] == '1'
+local m, k = tonumber(ARGV[5]), tonumber(ARGV[6])
+if m > 0 then
+  if redis.call('HSETNX', KEYS[7], 'm', m) == 1 then
+    redis.call('HSET', KEYS[7], 'k', k)
+    redis.call('SETBIT', KEYS[1], m - 1, 0)
+  else
+    local p = redis.call('HMGET', KEYS[7], 'm', 'k')
+    if tonumber(p[1]) ~= m or tonumber(p[2]) ~= k then
+      return redis.error_reply('bloom filter ' .. KEYS[1] .. ' has m=' .. p[1] .. ' k=' .. p[2] ..
+        ', asked for m=' .. m .. ' k=' .. k)
+    end
+  end
+end
+-- the seen-set: 1 when fp was not in it and now is (a Bloom filter: one of its bits was clear)
+local function add_seen(fp)
+  if m == 0 then return redis.call('SADD', KEYS[1], fp) end
+  local h1, h2, fresh = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16), 0
+  for j = 0, k - 1 do
+    if redis.call('SETBIT', KEYS[1], (h1 + j * h2) % m, 1) == 0 then fresh = 1 end
+  end
+  return fresh
+end
+local function is_seen(fp)
+  if m == 0 then return redis.call('SISMEMBER', KEYS[1], fp) == 1 end
+  local h1, h2 = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16)
+  for j = 0, k - 1 do
+    if redis.call('GETBIT', KEYS[1], (h1 + j * h2) % m) == 0 then return false end
+  end
+  return true
+end
 local now = now_ms()
 local scheduled = tonumber(redis.call('HGET', KEYS[2], 'scheduled') or '0')
 local flags, counts = {}, {0, 0, 0, 0}
-for i = 5, #ARGV, 4 do
+for i = 7, #ARGV, 4 do
   local fp, host = ARGV[i], ARGV[i + 1]
   local force = string.sub(fp, 1, 1) == '!'
   if force then fp = string.sub(fp, 2) end
   local flag = 1
   if counted then flag = 1
   elseif not force and max_pages == 0 and max_host == 0 then
-    if redis.call('SADD', KEYS[1], fp) == 0 then flag = 0 end
-  elseif not force and redis.call('SISMEMBER', KEYS[1], fp) == 1 then flag = 0
+    if add_seen(fp) == 0 then flag = 0 end
+  elseif not force and is_seen(fp) then flag = 0
   elseif max_pages > 0 and scheduled + counts[2] >= max_pages then flag = 2
   elseif max_host > 0 and tonumber(redis.call('HGET', KEYS[3], host) or '0') >= max_host then flag = 3
   else
-    redis.call('SADD', KEYS[1], fp)
+    add_seen(fp)
     if max_host > 0 then redis.call('HINCRBY', KEYS[3], host, 1) end
   end
   if flag == 1 then

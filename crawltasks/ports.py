@@ -268,11 +268,9 @@ class CrawlRegistry(Protocol):
     The counters are also written outside this port, in the same place (Redis: ``Keys.stats``):
     ``Frontier.add`` counts scheduled, pending, duplicates and the max_pages filters in the script
     that marks requests seen (``frontierlua.SCHEDULE``), ``Frontier.drop_queued`` counts what a
-    cancel drops as skipped (``DROP_QUEUED``). With ``dedupe="bloom"`` the filter's own script
-    (``bloom._CHECK_AND_ADD`` given ``stats_key``) makes SCHEDULE's scheduled/pending/duplicates
-    increments instead, a second copy of them in Lua, and SCHEDULE runs ``counted`` so they are not
-    made twice (that path is two scripts, not one, and applies no max_pages caps: ``RedisFrontier.add``).
-    Whatever writes them, ``scheduled == stored + failed + skipped + pending``.
+    cancel drops as skipped (``DROP_QUEUED``); with ``dedupe="bloom"`` the same script sets and reads
+    the filter's bits instead of the exact set. Whatever writes them,
+    ``scheduled == stored + failed + skipped + pending``.
 
     Left out, Redis-only (monitoring reads): ``series``, ``recent``, ``now``, ``host_done``,
     ``crawl_hosts``; also ``retention_of``, and the raw client ``r`` (robots, sessions, revisits,

@@ -14,8 +14,8 @@ import redis
 
 from . import frontierlua
 from .backends.redis.scripts import register
-from .bloom import BloomFilter
-from .hostqueues import NEW, PRIORITY_CODES, PRIORITY_NAMES, Caps, HostPolicy, Sizes, Taken, encode
+from .bloom import BloomFilter, normalize
+from .hostqueues import PRIORITY_CODES, PRIORITY_NAMES, Caps, HostPolicy, Sizes, Taken, encode
 from .keys import Keys
 from .models import Request
 from .urls import host_key
@@ -38,26 +38,24 @@ class RedisFrontier:
 
     def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None,
             bloom: BloomFilter | None = None, counted: bool = False) -> list[int]:
-        """See ``Frontier.add``. With a Bloom filter, the filter is the seen-set (and the counters are
-        kept by it); ``counted`` queues requests that are pending already (retry-failed)."""
+        """See ``Frontier.add``. With a Bloom filter, the filter is the seen-set, checked and set by the
+        same script that queues and counts (so the caps hold as with the exact set); ``counted``
+        queues requests that are pending already (retry-failed)."""
         if not requests:
             return []
-        if bloom is not None:
-            flags = bloom.check_and_add([r.fp for r in requests], [r.dont_filter for r in requests],
-                                        stats_key=Keys.stats(crawl_id))
-            fresh = [r for r, new in zip(requests, flags, strict=True) if new]
-            self._run_schedule(crawl_id, fresh, Caps(), counted=True)
-            return [NEW if new else 0 for new in flags]
-        return self._run_schedule(crawl_id, requests, caps or Caps(), counted)
-
-    def _run_schedule(self, crawl_id: str, requests: Sequence[Request], caps: Caps, counted: bool) -> list[int]:
-        if not requests:
-            return []
+        caps = caps or Caps()
         args: list[str | int] = [Keys.queue_prefix(crawl_id), caps.max_pages, caps.max_per_host, int(counted)]
-        for r in requests:
-            args += [("!" + r.fp) if r.dont_filter else r.fp, host_key(r.url), PRIORITY_CODES[r.priority], encode(r)]
         keys = [Keys.seen(crawl_id), Keys.stats(crawl_id), Keys.host_counts(crawl_id), Keys.hosts(crawl_id),
                 Keys.frontier(crawl_id), Keys.ready(crawl_id)]
+        if bloom is not None:
+            args += [bloom.params.bits, bloom.params.hashes]
+            keys[0] = bloom.key
+            keys.append(bloom.params_key)
+        else:
+            args += [0, 0]
+        for r in requests:
+            fp = normalize(r.fp) if bloom is not None else r.fp
+            args += [("!" + fp) if r.dont_filter else fp, host_key(r.url), PRIORITY_CODES[r.priority], encode(r)]
         return [int(f) for f in self._schedule(keys=keys, args=args)]
 
     def take(self, crawl_id: str, limit: int, policy: HostPolicy, high_only: bool = False,
