@@ -101,17 +101,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def crawltasks_flags(workers: int, concurrency: int, politeness_only: bool = False) -> list[str]:
+def crawltasks_flags(workers: int | None, concurrency: int, politeness_only: bool = False) -> list[str]:
     """Politeness lifted for this local site only; with ``politeness_only`` nothing else is given
-    (crawltasks' defaults: a worker process per core), else the benchmark's tuned flags."""
+    (crawltasks' defaults: a worker process per core, plus one), else the benchmark's tuned flags
+    (``workers`` None: crawltasks' own number of worker processes)."""
     lifted = ["--host-delay", "0", "--host-concurrency", "256"]
     if politeness_only:
         return lifted
-    return [*lifted, "--workers", str(workers), "--concurrency", str(concurrency), "--batch-size", "128",
-            "--fetch-concurrency", "96"]
+    chosen = ["--workers", str(workers)] if workers else []
+    return [*lifted, *chosen, "--concurrency", str(concurrency), "--batch-size", "128", "--fetch-concurrency", "96"]
 
 
-def run_crawltasks(url: str, work: Path, workers: int, concurrency: int, extra: list[str], timeout: float,
+def run_crawltasks(url: str, work: Path, workers: int | None, concurrency: int, extra: list[str], timeout: float,
                    profile: Path | None = None, politeness_only: bool = False) -> Row:
     """``crawltasks crawl`` embedded (private Redis + SecantusDB + forked workers) in a fresh data dir."""
     data = work / "crawltasks-data"
@@ -264,8 +265,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--site", choices=("pages", "big", "both"), default="both", help="which site(s) to crawl")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma-separated tools to leave out: crawltasks,scrapy,wget")
-    p.add_argument("--workers", type=int, default=2,
-                   help="crawltasks --workers (worker processes beside the command; default 2)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="crawltasks --workers (worker processes beside the command; default: crawltasks' own, "
+                        "one per core plus one)")
     p.add_argument("--concurrency", type=int, default=1,
                    help="crawltasks --concurrency (tasks at once in each worker process)")
     p.add_argument("--politeness-only", action="store_true",
