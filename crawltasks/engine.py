@@ -72,9 +72,9 @@ def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions,
         if job.robots is not None:
             outcome: Any = robots.download(job.robots, on_send)
         else:  # a crawl that keeps cookies: this thread's hops send and keep them (crawltasks.sessions)
-            jar = sessions.jar_of(robots.state.r, job.crawl_id) if options.cookie_jar else None
+            jar = sessions.jar_of(robots.rt, job.crawl_id) if options.cookie_jar else None
             with sessions.using(jar):
-                outcome = fetch_one(job.request, options, on_send)
+                outcome = fetch_one(job.request, options, on_send, rt=robots.rt)
     except BaseException as exc:  # noqa: BLE001 - fetch_one never raises; reported as this job's error
         outcome = exc
     events.put(("done", job, token, outcome))
@@ -195,7 +195,7 @@ class FetchEngine:
     def _robots(self, crawl_id: str) -> Robots:
         robots = self.robots.get(crawl_id)
         if robots is None:
-            robots = self.robots[crawl_id] = Robots(self.rt.state, self._options(crawl_id))
+            robots = self.robots[crawl_id] = Robots(self.rt.state, self._options(crawl_id), rt=self.rt)
         return robots
 
     def _gate(self, crawl_id: str) -> CrawlGate:

@@ -1,6 +1,6 @@
 """Fetching one request: redirects followed hop by hop under the SSRF guard, size and total-time
 caps, and every outcome classified with a reason. The HTTP itself goes through a ``ports.Transport``:
-the process's pooled requests session (``transport.pooled``) unless the caller gives another (a test's
+the process's pooled requests session (``Runtime.transport``) unless the caller gives another (a test's
 ``MockTransport``); a batch is fetched concurrently under the shared per-host gate in ``politeness``.
 """
 
@@ -18,13 +18,13 @@ import requests
 from requests.utils import to_native_string
 from urllib3.exceptions import InvalidChunkLength
 
-from . import identity, sessions
+from . import identity, runtime, sessions
 from .errors import FetchError
 from .guard import Allowance, Refused, ResolutionFailed, check_url
 from .models import Fetched, Request
 from .reasons import Reason
 from .settings import CrawlOptions
-from .transport import WATCHDOG, Watch, pin, pooled, prepare, watching
+from .transport import WATCHDOG, Watch, pin, prepare, watching
 from .urls import InvalidURL, canonicalize, fingerprint, join
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def _not_a_page(request: Request, status: int, final: str, common: dict[str, Any
 
 
 def fetch_one(request: Request, options: CrawlOptions, on_send: Callable[[bool], None] | None = None,
-              transport: Transport | None = None) -> tuple[Fetched, bytes | None]:
+              transport: Transport | None = None, rt: runtime.Runtime | None = None) -> tuple[Fetched, bytes | None]:
     """Fetch one request. Never raises: every outcome is a Fetched (and the body when there is one).
 
     Redirects are followed here, hop by hop, so that each hop is canonicalized, checked for loops
@@ -120,31 +120,34 @@ def fetch_one(request: Request, options: CrawlOptions, on_send: Callable[[bool],
     first request's bytes go out (it may hold them there: a late start waits for its turn at the host)
     and with True once it is out (the politeness gate learns when it really started).
 
-    ``transport`` carries each hop: by default the process's pooled one, whose connections go to the
+    ``rt`` is the process's runtime (by default ``runtime.current()``, which opens nothing until
+    used): its transport and caches serve the fetch.
+    ``transport`` carries each hop: by default the runtime's pooled one, whose connections go to the
     addresses the guard checked and whose sockets the total-time cap cuts. Another transport (a test's
     ``MockTransport``) is judged by the same guard, caps and classification, but has no connection
     to pin to the checked addresses, and the cap cuts only what it hands the watch (see its module).
     """
+    rt = rt or runtime.current()
     watch = Watch()
     watch.on_send = on_send
     watching(watch)
     WATCHDOG.add(watch, time.monotonic() + options.timeout)
     try:
-        return _fetch(request, options, watch, transport or pooled())
+        return _fetch(request, options, watch, transport or rt.transport, rt.caches.allowances)
     finally:
         watch.done = True
         watching(None)
 
 
-def _fetch(request: Request, options: CrawlOptions, watch: Watch,
-           transport: Transport) -> tuple[Fetched, bytes | None]:
+def _fetch(request: Request, options: CrawlOptions, watch: Watch, transport: Transport,
+           allowances: dict[int, tuple[object, Allowance]]) -> tuple[Fetched, bytes | None]:
     started = time.monotonic()
     deadline = started + options.timeout
     try:
         headers, cookies, proxies = identity.for_request(request, options)
     except Exception as exc:  # noqa: BLE001 - a provider's failure is this request's, not the worker's
         return _failure(request, Reason.PROVIDER_ERROR, f"{type(exc).__name__}: {exc}"), None
-    allowance = Allowance.of(options)
+    allowance = Allowance.of(options, allowances)
     url, method, visited, body_out = request.url, request.method, [], request.body
     try:
         while True:

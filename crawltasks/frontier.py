@@ -1,5 +1,8 @@
 """Deciding what gets fetched: scope filters, fingerprints, atomic dedupe into the per-host frontier
-(``crawltasks.hostqueues``), and the back-off of retries."""
+(``crawltasks.hostqueues``), and the back-off of retries.
+
+The links this process knows to be seen (``KnownSeen``) are its runtime's (``rt.caches.known``):
+given as ``known``, or those of ``runtime.current()``."""
 
 from __future__ import annotations
 
@@ -84,18 +87,28 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
 
 
 def schedule(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
-             options: CrawlOptions) -> int:
+             options: CrawlOptions, known: KnownSeen | None = None) -> int:
     """Filter, dedupe atomically and queue new requests in the frontier; returns how many were new."""
-    return len(schedule_new(state, frontier, crawl_id, requests, options))
+    return len(schedule_new(state, frontier, crawl_id, requests, options, known))
+
+
+def _known(known: KnownSeen | None) -> KnownSeen:
+    """The links known seen given, or this process's: its callers hold its runtime, not the cache."""
+    if known is not None:
+        return known
+    from . import runtime  # which imports this module (KnownSeen)
+
+    return runtime.current().caches.known
 
 
 def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
-                 options: CrawlOptions) -> list[Request]:
+                 options: CrawlOptions, known: KnownSeen | None = None) -> list[Request]:
     """``schedule``, returning the requests that were new (the parse stage keeps them with their page)."""
     status, generation = (v.decode() if v else "" for v in state.r.hmget(Keys.meta(crawl_id), "state", GENERATION))
     if status in STOPPING:
         return []
-    known = f"{crawl_id}@{generation}"  # a crawl rebuilt after its Redis state was lost has a new seen-set
+    key = f"{crawl_id}@{generation}"  # a crawl rebuilt after its Redis state was lost has a new seen-set
+    known = _known(known)
     plan = plan_requests(requests, options)
     reqs = plan.accepted
     if options.visit_ttl and reqs:
@@ -104,20 +117,21 @@ def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requ
         state.incr(crawl_id, filtered=sum(plan.filtered.values()),
                    **{f"filtered_{k}": v for k, v in plan.filtered.items()})
     if options.dedupe == "set" and reqs:  # most links are known: drop them before serialising
-        reqs = drop_known(state, crawl_id, reqs, known)
+        reqs = drop_known(state, crawl_id, reqs, key, known)
     for r in reqs:  # the ticket names this scheduling of the URL in the counters
         r.ticket = f"{r.fp}:{random.getrandbits(48):012x}" if r.dont_filter else r.fp
-    return enqueue(state, frontier, crawl_id, reqs, options, known)
+    return enqueue(state, frontier, crawl_id, reqs, options, key, known)
 
 
 def enqueue(state: RedisState, frontier: RedisFrontier, crawl_id: str, reqs: list[Request], options: CrawlOptions,
-            known: str = "") -> list[Request]:
-    """Dedupe atomically and queue requests already in scope, with their tickets; returns the new ones."""
+            key: str = "", known: KnownSeen | None = None) -> list[Request]:
+    """Dedupe atomically and queue requests already in scope, with their tickets; returns the new ones.
+    Those seen are remembered in ``known`` under ``key`` (the crawl and its generation), if given."""
     verdicts = frontier.add(crawl_id, reqs, Caps(options.max_pages, options.max_pages_per_host),
                             bloom=bloom_of(state, crawl_id, options))
     fresh = [r for r, verdict in zip(reqs, verdicts, strict=True) if verdict == NEW]
-    if options.dedupe == "set" and known:
-        KNOWN.add(known, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
+    if options.dedupe == "set" and key:
+        _known(known).add(key, [r.fp for r, verdict in zip(reqs, verdicts, strict=True) if verdict in (NEW, DUPLICATE)])
     if options.host_rules and fresh:
         for host in {host_key(r.url) for r in fresh}:
             policy = host_policy(host, options)
@@ -150,20 +164,18 @@ class KnownSeen:
             self._size = 0
 
 
-KNOWN = KnownSeen()
-
-
-def drop_known(state: RedisState, crawl_id: str, reqs: list[Request], key: str = "") -> list[Request]:
+def drop_known(state: RedisState, crawl_id: str, reqs: list[Request], key: str = "",
+               known: KnownSeen | None = None) -> list[Request]:
     """Requests without the ones whose fingerprint is already seen (counted as duplicates):
     first against what this process knows (under ``key``: the crawl and its generation), then the
     rest in one SMISMEMBER."""
-    key = key or crawl_id
-    known = KNOWN.of(key)
-    unknown = [r for r in reqs if r.dont_filter or r.fp not in known]
+    key, process_known = key or crawl_id, _known(known)
+    seen_here = process_known.of(key)
+    unknown = [r for r in reqs if r.dont_filter or r.fp not in seen_here]
     dups = len(reqs) - len(unknown)
     if len(unknown) > 1:  # one new link alone is settled by the schedule script itself
         seen = state.seen_already(crawl_id, [r.fp for r in unknown])
-        KNOWN.add(key, [r.fp for r, s in zip(unknown, seen, strict=True) if s])
+        process_known.add(key, [r.fp for r, s in zip(unknown, seen, strict=True) if s])
         kept = [r for r, s in zip(unknown, seen, strict=True) if not s or r.dont_filter]
         dups += len(unknown) - len(kept)
         unknown = kept

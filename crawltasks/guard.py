@@ -56,19 +56,23 @@ class Allowance:
     private_hosts: frozenset[str] = frozenset()  # "scheme://host:port", "host:port" or "host" (any port)
 
     @classmethod
-    def of(cls, options: Any) -> Allowance:
+    def of(cls, options: Any, cache: dict[int, tuple[object, Allowance]] | None = None) -> Allowance:
         """The allowance of a crawl's options, read defensively (older saved options lack the fields).
 
         ``private_hosts`` unset (None) falls back to the crawl's exact ``allowed_domains`` host names,
         which default to the seeds' hosts: a crawl of a site on a private address keeps working.
+        ``cache`` (the process's, ``ProcessCaches.allowances``) keeps it per options object: a
+        crawl's every fetch would otherwise build it again.
         """
-        cached = _ALLOWANCES.get(id(options))
+        if cache is None:
+            return cls._build(options)
+        cached = cache.get(id(options))
         if cached is not None and cached[0] is options:
             return cached[1]
         allowance = cls._build(options)
-        if len(_ALLOWANCES) > 64:
-            _ALLOWANCES.clear()
-        _ALLOWANCES[id(options)] = (options, allowance)  # the options are kept, so the id is not reused
+        if len(cache) > 64:
+            cache.clear()
+        cache[id(options)] = (options, allowance)  # the options are kept, so the id is not reused
         return allowance
 
     @classmethod
@@ -89,9 +93,6 @@ class Allowance:
         port = port or _DEFAULT_PORTS.get(scheme)
         return port is not None and (f"{host}:{port}" in self.private_hosts
                                      or f"{scheme}://{host}:{port}" in self.private_hosts)
-
-
-_ALLOWANCES: dict[int, tuple[object, Allowance]] = {}  # a crawl's options -> its allowance, built once
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -1,7 +1,8 @@
 """Running a crawl's item processors (``crawltasks.items``) in the store stage.
 
 The chain is the spider's ``item_pipelines`` then the crawl option ``item_pipelines``, built once per
-worker process and crawl (``open`` runs then) and closed when the crawl finishes. A spec is an
+worker process and crawl (``open`` runs then; kept in ``ProcessCaches.chains``, so a forked child
+opens its own) and closed when the crawl finishes. A spec is an
 import path ("crawltasks.items.Required" or "module:Class"), a dict {"class": path, **arguments}
 (the JSON-safe form crawl options take), a class, or an instance (copied for each crawl).
 """
@@ -11,8 +12,6 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
-import os
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,22 +55,14 @@ class Chain:
     broken: dict[int, str] = field(default_factory=dict)
 
 
-_chains: dict[str, Chain] = {}
-_pid = 0
-_lock = threading.Lock()
-
-
 def chain_for(rt: Runtime, crawl_id: str, spider: Spider) -> Chain:
     """The crawl's chain in this process, built and opened on first use."""
-    global _pid
-    with _lock:
-        if _pid != os.getpid():  # a forked child opens its own
-            _chains.clear()
-            _pid = os.getpid()
-        chain = _chains.get(crawl_id)
+    chains = rt.caches.chains
+    with rt.caches.chains_lock:
+        chain = chains.get(crawl_id)
         if chain is None:
             specs = [*getattr(spider, "item_pipelines", ()), *rt.options(crawl_id).item_pipelines]
-            chain = _chains[crawl_id] = _open(rt, crawl_id, specs)
+            chain = chains[crawl_id] = _open(rt, crawl_id, specs)
         return chain
 
 
@@ -155,8 +146,8 @@ def close_chain(rt: Runtime, crawl_id: str) -> None:
     """The crawl finished: close its processors in this process (errors logged, never raised)."""
     from .crawl import Crawl
 
-    with _lock:
-        chain = _chains.pop(crawl_id, None) if _pid == os.getpid() else None
+    with rt.caches.chains_lock:
+        chain = rt.caches.chains.pop(crawl_id, None)
     for processor in chain.processors if chain else ():
         try:
             if hasattr(processor, "close"):

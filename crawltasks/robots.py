@@ -1,5 +1,6 @@
 """robots.txt, obeyed by default: fetched once per host by one worker, cached in Redis with a TTL,
-parsed with protego (and kept parsed per process). Crawl-delay feeds the host's shared delay.
+parsed with protego (and kept parsed per process, in ``ProcessCaches.robots``). Crawl-delay feeds
+the host's shared delay.
 
 A fetch engine asks without waiting (``known``); the one worker that wins ``lock`` fetches the file
 under the host's politeness gate like any request and ``store``s it; the others look again later."""
@@ -13,7 +14,7 @@ from dataclasses import replace
 
 from protego import Protego
 
-from . import logs
+from . import logs, runtime
 from .fetch import fetch_one
 from .keys import Keys
 from .models import Request
@@ -26,9 +27,6 @@ ERROR_TTL = 600  # seconds an unreachable robots.txt counts as "allow all" befor
 MAX_ROBOTS_SIZE = 512 * 1024
 
 
-_PARSED: dict[str, tuple[float, Protego]] = {}  # origin -> (expires, rules): parsed once per process
-
-
 def origin_of(url: str) -> str:
     """scheme://host:port: the unit a robots.txt applies to."""
     scheme = url.split(":", 1)[0].lower()
@@ -36,13 +34,16 @@ def origin_of(url: str) -> str:
 
 
 class Robots:
-    """robots.txt rules for one crawl's requests, shared through Redis."""
+    """robots.txt rules for one crawl's requests, shared through Redis. ``rt`` is the process's
+    runtime, whose parsed rules and transport it uses (by default ``runtime.current()``)."""
 
-    def __init__(self, state: RedisState, options: CrawlOptions, agent: str = "crawltasks") -> None:
+    def __init__(self, state: RedisState, options: CrawlOptions, agent: str = "crawltasks",
+                 rt: runtime.Runtime | None = None) -> None:
         self.state = state
         self.options = options
         self.agent = agent
-        self._parsed = _PARSED
+        self.rt = rt or runtime.current()
+        self._parsed = self.rt.caches.robots
 
     def verdict(self, url: str, rules: Protego | None = None) -> str:
         """ALLOW or DENY by the origin's rules (given, or known here); WAIT while they are not known."""
@@ -107,7 +108,7 @@ class Robots:
     def download(self, origin: str, on_send: Callable[[bool], None] | None = None) -> str:
         """Fetch and cache robots.txt; a missing one allows everything, an unreachable one too for a while."""
         options = replace(self.options, timeout=min(self.options.timeout, 10.0), max_size=MAX_ROBOTS_SIZE)
-        fetched, body = fetch_one(Request(url=origin + "/robots.txt"), options, on_send)
+        fetched, body = fetch_one(Request(url=origin + "/robots.txt"), options, on_send, rt=self.rt)
         if fetched.ok and body is not None:
             text, ttl = body.decode("utf-8", "replace"), self.options.robots_ttl
         elif fetched.status is not None and 400 <= fetched.status < 500:

@@ -1,6 +1,8 @@
 """Per-process connections and caches, created on first use (so after a prefork worker forks).
 
-Tests and the embedded mode point a process at other services with ``configure(settings)``.
+Everything a process keeps between tasks hangs off its one ``Runtime``: a forked child, whose
+``current()`` is a new one, never uses its parent's sockets, pools or caches. Tests and the
+embedded mode point a process at other services with ``configure(settings)``.
 """
 
 from __future__ import annotations
@@ -9,17 +11,43 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends.redis.bodies import RedisBodies
 from .backends.redis.gate import RedisGate
+from .frontier import KnownSeen
 from .liveness import Fleet, Heartbeat
-from .ports import BodyStore, HostGate, Sender
+from .ports import BodyStore, HostGate, Sender, Transport
 from .redisfrontier import RedisFrontier
 from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
 from .spiders import Spider, SpiderNotFound, resolve_spider
 from .store import MongoStorage
+from .transport import PooledTransport
+
+if TYPE_CHECKING:
+    from protego import Protego
+
+    from .guard import Allowance
+    from .itempipes import Chain
+    from .sessions import SharedJar
+
+
+@dataclass
+class ProcessCaches:
+    """What the process keeps in memory between tasks besides its connections, each bounded by the
+    module that fills it. A runtime's: a forked child starts with none of its parent's (whose cookie
+    jars hold the parent's Redis connections, whose item processors its open files), and a process
+    pointed at other services (``configure``) starts afresh, what it learnt from one Redis being
+    nothing to another."""
+
+    robots: dict[str, tuple[float, Protego]] = field(default_factory=dict)  # origin -> (expires, rules)
+    allowances: dict[int, tuple[object, Allowance]] = field(default_factory=dict)  # id(options) -> allowance
+    chains: dict[str, Chain] = field(default_factory=dict)  # crawl -> its item processors, opened here
+    chains_lock: threading.Lock = field(default_factory=threading.Lock)
+    jars: dict[str, SharedJar] = field(default_factory=dict)  # crawl -> its cookie jar (crawltasks.sessions)
+    jars_lock: threading.Lock = field(default_factory=threading.Lock)
+    known: KnownSeen = field(default_factory=KnownSeen)  # links known seen (crawltasks.frontier)
 
 
 @dataclass
@@ -36,6 +64,8 @@ class Runtime:
     _gate: HostGate | None = None
     _sender: Sender | None = None
     _heartbeat: Heartbeat | None = None
+    _transport: Transport | None = None  # a twin may be put here (tests)
+    caches: ProcessCaches = field(default_factory=ProcessCaches)  # robots rules, cookie jars, item chains, ...
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
 
     def _once(self, name: str, make: Callable[[], Any]) -> Any:
@@ -78,6 +108,11 @@ class Runtime:
     def heartbeat(self) -> Heartbeat:
         """This process's heartbeat (started by whoever first claims work here)."""
         return self._heartbeat or self._once("_heartbeat", lambda: Heartbeat(self.state.r))
+
+    @property
+    def transport(self) -> Transport:
+        """This process's HTTP transport: one pooled session shared by its fetch threads."""
+        return self._transport or self._once("_transport", PooledTransport)
 
     def fleet(self) -> Fleet:
         return Fleet(self.state.r)
@@ -132,6 +167,8 @@ class Runtime:
             self._storage.close()
         if self._state is not None:
             self._state.r.close()
+        if isinstance(self._transport, PooledTransport):
+            self._transport.close()
 
 
 _current: Runtime | None = None

@@ -3,26 +3,29 @@
 A crawl with ``cookie_jar`` on (a spider with ``cookies = True``, or the crawl option ``cookies=True``)
 has one jar, ``Keys.cookies``: each cookie a JSON field, plus a version ``v`` bumped at every change.
 Matching is http.cookiejar's, as browsers do it (domain, path, secure, expiry). Each process keeps
-the jar as a CookieJar and reloads it (one HGETALL) only when the version moved; what a request
-costs is one HGET of that version. Set-Cookie answers of every hop, redirects included, are written
-back in one MULTI. The fetch thread learns its crawl's jar from ``using`` (the fetch engine sets it).
+the jar as a CookieJar (in ``ProcessCaches.jars``) and reloads it (one HGETALL) only when the
+version moved; what a request costs is one HGET of that version. Set-Cookie answers of every hop,
+redirects included, are written back in one MULTI. The fetch thread learns its crawl's jar from
+``using`` (the fetch engine sets it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Iterator
 from http.cookiejar import Cookie, CookieJar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import requests
 from requests.cookies import extract_cookies_to_jar, get_cookie_header
 
 from .keys import Keys
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 VERSION = "v"  # the jar's field that counts its changes
 ATTRS = ("version", "name", "value", "port", "port_specified", "domain", "domain_specified", "domain_initial_dot",
@@ -103,23 +106,16 @@ class SharedJar:
         pipe.execute()
 
 
-_jars: dict[str, SharedJar] = {}
-_pid = 0
-_jars_lock = threading.Lock()
-
-
-def jar_of(r: redis.Redis, crawl_id: str) -> SharedJar:
-    """The crawl's jar in this process (made on first use; a forked child makes its own)."""
-    global _pid
-    with _jars_lock:
-        if _pid != os.getpid():
-            _jars.clear()
-            _pid = os.getpid()
-        jar = _jars.get(crawl_id)
+def jar_of(rt: Runtime, crawl_id: str) -> SharedJar:
+    """The crawl's jar in this process, on its runtime's Redis (made on first use; a forked child,
+    which has a runtime of its own, makes its own)."""
+    jars = rt.caches.jars
+    with rt.caches.jars_lock:
+        jar = jars.get(crawl_id)
         if jar is None:
-            if len(_jars) > 256:
-                _jars.clear()
-            jar = _jars[crawl_id] = SharedJar(r, crawl_id)
+            if len(jars) > 256:
+                jars.clear()
+            jar = jars[crawl_id] = SharedJar(rt.state.r, crawl_id)
         return jar
 
 

@@ -1,8 +1,8 @@
 """The HTTP transport of a fetch, on requests (``PooledTransport``, the real ``ports.Transport``):
-one pooled session per process, whose sockets the total time cap can cut and whose connections go
-to the addresses the SSRF guard checked; requests prepared and sent without the per-request work of
-``Session.request`` this crawler does not need. Its in-memory twin, which has no sockets to cut or
-pin, is ``backends.memory.transport.MockTransport``.
+one pooled session per process (``Runtime.transport``), whose sockets the total time cap can cut and
+whose connections go to the addresses the SSRF guard checked; requests prepared and sent without the
+per-request work of ``Session.request`` this crawler does not need. Its in-memory twin, which has no
+sockets to cut or pin, is ``backends.memory.transport.MockTransport``.
 """
 
 from __future__ import annotations
@@ -232,6 +232,8 @@ class PooledTransport:
     serves many crawls, and a request's cookies are its crawl's (see identity)."""
 
     def __init__(self) -> None:
+        # a host above POOL_PER_HOST at once closes its extra connections: expected, not a warning
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         s = requests.Session()
         s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
         s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
@@ -248,24 +250,9 @@ class PooledTransport:
         return self.session.get_adapter(request.url or "").send(
             request, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
 
-
-_shared: tuple[int, PooledTransport] | None = None
-_shared_lock = threading.Lock()
-
-
-def pooled() -> PooledTransport:
-    """The process's pooled transport (made on first use, and again in a forked child: a parent's
-    sockets are not the child's)."""
-    global _shared
-    shared = _shared
-    if shared is not None and shared[0] == os.getpid():
-        return shared[1]
-    with _shared_lock:
-        if _shared is None or _shared[0] != os.getpid():
-            # a host above POOL_PER_HOST at once closes its extra connections: expected, not a warning
-            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-            _shared = (os.getpid(), PooledTransport())
-        return _shared[1]
+    def close(self) -> None:
+        """Close the idle connections (the runtime that owns this transport is done with it)."""
+        self.session.close()
 
 
 BASE_HEADERS = requests.utils.default_headers()  # Accept-Encoding and keep-alive; identity adds the rest

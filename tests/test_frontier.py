@@ -46,8 +46,11 @@ def test_known_links_are_dropped_without_asking_redis_again(state):
     """Links this process saw scheduled are duplicates at once; counters stay exact."""
     import uuid
 
-    from crawltasks.frontier import KNOWN, schedule
+    from crawltasks import runtime
+    from crawltasks.frontier import schedule
     from crawltasks.redisfrontier import RedisFrontier
+
+    KNOWN = runtime.current().caches.known  # what this process knows seen
 
     crawl_id = f"known-{uuid.uuid4().hex[:8]}"
     opts = CrawlOptions(batch_size=100)
