@@ -12,6 +12,7 @@ from crawltasks.backends.memory.sender import MemorySender
 from crawltasks.dispatcher import EARLY, FULL_WAIT, Dispatcher, dispatch_round
 from crawltasks.hostqueues import decode
 from crawltasks.models import Request
+from crawltasks.runtime import ProcessCaches
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, fingerprint
 
@@ -27,6 +28,7 @@ class TwinRuntime:
     frontier: MemoryFrontier = None  # type: ignore[assignment]
     sender: MemorySender = field(default_factory=MemorySender)
     capacity: int = 100  # what the fetch workers' heartbeats offer
+    caches: ProcessCaches = field(default_factory=ProcessCaches)  # as a Runtime's
 
     def __post_init__(self) -> None:
         self.frontier = MemoryFrontier(self.clock)

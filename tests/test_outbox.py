@@ -14,6 +14,7 @@ from crawltasks.hostqueues import HostPolicy
 from crawltasks.keys import Keys
 from crawltasks.models import Fetched, Request
 from crawltasks.outbox import Outbox
+from crawltasks.runtime import ProcessCaches
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, fingerprint
 
@@ -35,6 +36,7 @@ class TwinRuntime:
     bodies: MemoryBodies = field(default_factory=MemoryBodies)
     sender: MemorySender = field(default_factory=MemorySender)
     state: Counters = field(default_factory=Counters)
+    caches: ProcessCaches = field(default_factory=ProcessCaches)  # as a Runtime's
 
     def options(self, crawl_id: str) -> CrawlOptions:
         return self.options_of[crawl_id]
