@@ -21,9 +21,10 @@ import pytest
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
 
+from .helpers import OwnRedis, wait_for
 from .sites import serve
-from .test_outage import OwnRedis, slow_site
-from .workers import WorkerProcess, wait_for
+from .test_outage import slow_site
+from .workers import WorkerProcess
 
 N_PAGES = 300
 RESTARTS = 4  # without the guard ~6 in 10 connection losses stopped a worker: 8 losses, one almost surely

@@ -180,7 +180,7 @@ def test_cancel_finishes_with_consistent_counters(worker, rt, crawl_id):
         assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"]
         assert stats["stored"] < 200 and len(crawl.pages()) == stats["stored"]
         fetched = len(server.hits)
-        time.sleep(0.5)
+        time.sleep(0.5)  # letting time pass is the point: a cancelled crawl must fetch nothing meanwhile
         assert len(server.hits) == fetched, "a cancelled crawl kept fetching"
         assert crawl.cancel() is False
     finally:

@@ -120,7 +120,8 @@ def crash_server():
 
 @pytest.mark.slow
 def test_killed_workers_lose_nothing_and_store_nothing_twice(rt, workers, crash_server, crawl_id):
-    rnd = random.Random(int(os.environ.get("CRASH_SEED", "11")))
+    seed = int(os.environ.get("CRASH_SEED", "11"))  # the kill moments; a failure names it, to run it again
+    rnd = random.Random(seed)
     for slot in (0, 1):
         workers.start(slot)
     crawl = start_crawl(crash_server.url("/p/0"), crawl_id=crawl_id, host_delay=0.0, host_concurrency=64,
@@ -128,7 +129,7 @@ def test_killed_workers_lose_nothing_and_store_nothing_twice(rt, workers, crash_
     kills = []
     try:
         while len(kills) < KILLS and not crawl.finished:
-            time.sleep(rnd.uniform(1.5, 4.0))
+            time.sleep(rnd.uniform(1.5, 4.0))  # the point: a kill at a random moment of the crawl
             if crawl.finished:
                 break
             slot = rnd.choice((0, 1))
@@ -137,10 +138,10 @@ def test_killed_workers_lose_nothing_and_store_nothing_twice(rt, workers, crash_
             workers.start(slot)
         finished = crawl.wait(timeout=110)
         stats = crawl.stats()
-        print(f"\ncrash test: kills (worker, pages stored at the kill) {kills}; stats {stats}; "
+        print(f"\ncrash test (CRASH_SEED={seed}): kills (worker, pages stored at the kill) {kills}; stats {stats}; "
               f"server requests {len(crash_server.hits)}")
         assert len(kills) >= 3, f"the crawl finished before {KILLS} kills: make it longer ({kills})"
-        assert finished, (f"the crawl did not finish after {len(kills)} kills: {stats}; "
+        assert finished, (f"the crawl did not finish after {len(kills)} kills (CRASH_SEED={seed}): {stats}; "
                           f"broker {broker_state(rt.settings.broker_url)}; frontier {frontier_state(rt, crawl_id)}\n"
                           f"{workers.log_tails()}")
 

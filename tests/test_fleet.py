@@ -7,8 +7,9 @@ import pytest
 
 from crawltasks import start_crawl
 
+from .helpers import settled, wait_for
 from .sites import serve, slow_page
-from .workers import WorkerProcess, wait_for
+from .workers import WorkerProcess
 
 
 def slow_pages(n: int, delay: float) -> dict:
@@ -17,9 +18,12 @@ def slow_pages(n: int, delay: float) -> dict:
     return routes
 
 
-@pytest.fixture
-def fleet(rt, settings, tmp_path):
-    workers = [WorkerProcess(settings, f"w{i}", concurrency=4, log_path=tmp_path / f"w{i}.log") for i in range(2)]
+@pytest.fixture(scope="module")
+def fleet(rt, settings, tmp_path_factory):
+    """Two worker processes, shared by the tests here (each runs a crawl of its own): starting and
+    stopping them once saves seconds per test."""
+    logs = tmp_path_factory.mktemp("fleet")
+    workers = [WorkerProcess(settings, f"w{i}", concurrency=4, log_path=logs / f"w{i}.log") for i in range(2)]
     yield workers
     for w in workers:
         w.stop()
@@ -64,14 +68,9 @@ def test_pause_stops_both_workers_and_resume_finishes_the_same_pages(fleet, rt, 
         assert wait_for(lambda: crawl.stats()["stored"] >= 10, timeout=60)
         assert crawl.pause()
         assert crawl.stats()["state"] == "paused"
-
-        def quiet() -> bool:  # batches that were already fetching finish; then nothing
-            before = len(server.hits)
-            time.sleep(1.0)
-            return len(server.hits) == before
-        assert wait_for(quiet, timeout=30, interval=0)
-        hits = len(server.hits)
-        time.sleep(2.0)
+        # batches that were already fetching finish; then nothing
+        hits = settled(lambda: len(server.hits), hold=1.0, timeout=30, what="the site's request log")
+        time.sleep(2.0)  # letting time pass is the point: a paused crawl must fetch nothing meanwhile
         assert len(server.hits) == hits, "a paused crawl kept fetching"
         assert crawl.stats()["pending"] > 0
         assert crawl.resume()

@@ -26,18 +26,14 @@ import requests
 from crawltasks import start_crawl
 from crawltasks.settings import Settings
 
+from .helpers import free_port as free_port  # other tests import it from here
+from .helpers import wait_for
 from .sites import FAST, basic_site, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = [sys.executable, "-m", "celery", "-A", "crawltasks"]
 ALL_QUEUES = "crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.parse,crawl.store"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -252,9 +248,8 @@ def test_flower_refuses_an_open_address_without_auth_outside_the_project_root(re
     env = service_env(Settings(broker_url=redis_url, redis_url=redis_url), **extra)
     proc = Proc([*CELERY, "flower", f"--port={port}", *args], env, tmp_path / "flower.log", cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while proc.p.poll() is None and not listening(port) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # it exits at once, or it would be listening: wait for whichever comes first
+        wait_for(lambda: proc.p.poll() is not None or listening(port), timeout=60, interval=0.2)
         assert listening(port) == set(), f"flower listens on {listening(port)} without authentication"
         code = proc.p.wait(10)
     finally:

@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from . import clirun
+from .helpers import settled, wait_for
 from .sites import serve, slow_page
 from .test_cli import run_cli
-from .workers import wait_for
 
 N_PAGES = 400
 
@@ -31,6 +31,7 @@ def chain_site():
 
 
 def start_cli(args: list[str], home: Path) -> subprocess.Popen:
+    """The command in a session of its own (so that a test can kill all of it); data under ``home``."""
     return clirun.start_cli(args, {"HOME": str(home)}, start_new_session=True)
 
 
@@ -73,7 +74,7 @@ def test_kill_9_leaves_nothing_running_and_the_next_run_is_not_slowed(chain_site
         proc.wait(10)
         assert wait_for(lambda: not survivors(procs, tmp_path), timeout=15), survivors(procs, tmp_path)
         hits = len(chain_site.hits)
-        time.sleep(1)
+        time.sleep(1)  # letting time pass is the point: a dead command's workers must fetch nothing meanwhile
         assert len(chain_site.hits) == hits, "nothing may go on fetching for a dead command"
 
         one = run_cli(["crawl", chain_site.url("/one"), "--crawl-id", "next", "--quiet"], tmp_path)
@@ -123,9 +124,9 @@ def test_a_second_terminal_reaches_the_running_embedded_crawl(chain_site, tmp_pa
             listed.stderr
         paused = run_cli(["pause", "watched"], tmp_path)
         assert paused.returncode == 0 and "watched: paused" in paused.stdout, paused.stderr
-        time.sleep(1.0)  # what was in flight at the pause lands
-        hits = len(chain_site.hits)
-        time.sleep(1.0)
+        # what was in flight at the pause lands
+        hits = settled(lambda: len(chain_site.hits), hold=1.0, timeout=30, what="the site's request log")
+        time.sleep(1.0)  # letting time pass is the point: a paused crawl must fetch nothing meanwhile
         assert len(chain_site.hits) == hits, "a paused crawl fetches nothing"
         stats = run_cli(["stats", "watched", "--json"], tmp_path)
         assert '"state": "paused"' in stats.stdout, stats.stdout + stats.stderr

@@ -5,59 +5,26 @@ stops it for a few seconds while two worker processes are busy, and starts it ag
 """
 
 import shutil
-import socket
-import subprocess
 import time
 from dataclasses import replace
 from urllib.parse import urlsplit
 
 import pytest
-import redis
 
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
 from crawltasks.embedded import MongoProcess
 from crawltasks.settings import Settings
 
+from .helpers import OwnRedis, wait_for
 from .sites import serve, slow_page
-from .workers import WorkerProcess, wait_for
+from .workers import WorkerProcess
 
 N_PAGES = 300
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class OwnRedis:
-    def __init__(self, workdir) -> None:
-        self.port = free_port()
-        self.dir = workdir
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert wait_for(self.ping, timeout=10), "redis-server did not start"
-
-    def ping(self) -> bool:
-        try:
-            return bool(redis.Redis.from_url(self.url, socket_timeout=0.5).ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # a clean shutdown: the append-only file is complete
-            self.proc.wait(10)
-
-
 def slow_site(n: int, delay: float) -> dict:
+    """n pages answering after ``delay`` seconds, each linking to two others: work stays in flight."""
     return {f"/p/{i}": slow_page(f"P {i}", [f"/p/{(i + 1) % n}", f"/p/{(i * 7 + 3) % n}"], delay) for i in range(n)}
 
 
@@ -72,7 +39,7 @@ def crawl_through_outage(local: Settings, here: runtime.Runtime, crawl_id: str, 
                             obey_robots=False, retry_base=0.05, timeout=3, lease_time=8, rt=here)
         assert wait_for(lambda: crawl.stats()["stored"] >= 40, timeout=60)
         stop()
-        time.sleep(5)
+        time.sleep(5)  # the outage itself: letting time pass while the service is down is the point
         start()
         assert crawl.wait(timeout=180), crawl.stats()
         stored = [urlsplit(p["url"]).path for p in crawl.pages()]

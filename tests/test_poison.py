@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -24,6 +24,7 @@ from crawltasks import start_crawl
 from crawltasks.settings import Settings
 from crawltasks.zygote import MAX_FAILED_STARTS, Zygote
 
+from .helpers import wait_for
 from .sites import FAST, page, serve
 from .test_cli import run_cli
 from .workers import WorkerProcess
@@ -56,15 +57,14 @@ class Supervisor:
             if proc.proc.poll() is not None:
                 self.start(name, *self.specs[name])
 
-    def run_until(self, done, timeout: float) -> bool:
-        """Supervise until ``done()`` or the timeout."""
-        deadline = time.monotonic() + timeout
-        while not done():
-            if time.monotonic() > deadline:
-                return False
+    def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Supervise (restart what died) until ``done()`` or the timeout."""
+        def supervised() -> bool:
+            if done():
+                return True
             self.watch()
-            time.sleep(0.2)
-        return True
+            return False
+        return wait_for(supervised, timeout=timeout, interval=0.2)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-20:])

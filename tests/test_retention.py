@@ -17,6 +17,7 @@ from crawltasks.redisfrontier import RedisFrontier
 from crawltasks.redisstate import SUMMARY_FACTOR, RedisState
 from crawltasks.settings import ENV_RETENTION, CrawlOptions
 
+from .helpers import wait_for
 from .sites import FAST, page, serve
 
 RETENTION = 2.0  # seconds: TTLs are read, never waited for, except in the one test that watches keys vanish
@@ -125,13 +126,15 @@ def test_keys_really_vanish_and_the_registry_forgets_expired_summaries(state):
     state.create_crawl(crawl_id, {"retention": 0.2}, [])
     try:
         assert run_to_finish(state, crawl_id)
-        time.sleep(0.4)
-        assert set(crawl_keys(state, crawl_id)) == set(Keys.summary(crawl_id))
+        summary = set(Keys.summary(crawl_id))
+        # the working keys expire after 0.2 s; the summary (10 x retention) is still there then
+        assert wait_for(lambda: set(crawl_keys(state, crawl_id)) == summary, timeout=1.5, interval=0.05), \
+            crawl_keys(state, crawl_id)
         assert crawl_id in state.crawl_ids() and state.stats(crawl_id)["stored"] == 3
         for key in Keys.summary(crawl_id):
             state.r.pexpire(key, 1)  # the summary's turn (10 x retention), without waiting for it
-        time.sleep(0.05)
-        assert crawl_id not in state.crawl_ids()
+        assert wait_for(lambda: crawl_id not in state.crawl_ids(), timeout=1.5, interval=0.02), \
+            "the registry still lists a crawl whose summary expired"
         assert state.r.zscore(Keys.crawls, crawl_id) is None
     finally:
         state.delete_crawl(crawl_id)

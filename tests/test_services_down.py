@@ -1,7 +1,6 @@
 """A service that is down is named in one line, within seconds, by the command a user runs; one that
 goes away mid-crawl shows as `stalled` and the crawl goes on when it is back."""
 
-import subprocess
 import time
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -10,13 +9,13 @@ import pytest
 
 from crawltasks import runtime, start_crawl
 from crawltasks.celeryapp import use_broker
-from crawltasks.embedded import MongoProcess, free_port
+from crawltasks.embedded import MongoProcess
 from crawltasks.settings import Settings
 
 from .clirun import run_cli, start_cli
+from .helpers import OwnRedis, free_port, wait_for
 from .sites import serve, slow_page
-from .test_outage import OwnRedis
-from .workers import WorkerProcess, wait_for
+from .workers import WorkerProcess
 
 
 def closed_port_env(settings: Settings, which: str) -> dict[str, str]:
@@ -47,7 +46,8 @@ def test_a_store_outage_shows_as_stalled_and_the_crawl_goes_on(settings, rt, tmp
     mongo = MongoProcess(tmp_path / "mongo", tmp_path / "mongo.log")
     local = replace(settings, mongo_url=mongo.start(), mongo_db="stalled")
     here = runtime.Runtime(local)
-    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < 299 else [], 0.02) for i in range(300)})
+    n = 150  # a chain, fetched one page after another: long enough to be mid-crawl when the store goes
+    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < n - 1 else [], 0.02) for i in range(n)})
     worker = WorkerProcess(local, "stalled", concurrency=4, log_path=tmp_path / "w.log")
     try:
         crawl = start_crawl(server.url("/p/0"), crawl_id=crawl_id, host_delay=0, obey_robots=False, batch_size=4,
@@ -58,7 +58,7 @@ def test_a_store_outage_shows_as_stalled_and_the_crawl_goes_on(settings, rt, tmp
             crawl.stats()
         mongo.start()
         assert crawl.wait(timeout=180), crawl.stats()
-        assert sorted(urlsplit(p["url"]).path for p in crawl.pages()) == sorted(f"/p/{i}" for i in range(300))
+        assert sorted(urlsplit(p["url"]).path for p in crawl.pages()) == sorted(f"/p/{i}" for i in range(n))
         assert "stalled" not in crawl.stats()
     finally:
         worker.kill()
@@ -71,7 +71,8 @@ def test_the_waiting_command_rides_out_a_redis_restart(settings, tmp_path, crawl
     own = OwnRedis(tmp_path)
     own.start()
     local = replace(settings, broker_url=own.url, redis_url=own.url)
-    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < 199 else [], 0.03) for i in range(200)})
+    n = 100  # a chain, fetched one page after another: still running when Redis goes
+    server = serve({f"/p/{i}": slow_page(f"P{i}", [f"/p/{i + 1}"] if i < n - 1 else [], 0.03) for i in range(n)})
     worker = WorkerProcess(local, "blip", concurrency=4, log_path=tmp_path / "w.log",
                            env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"})
     proc = start_cli(["crawl", server.url("/p/0"), "--crawl-id", crawl_id, "--no-worker", "--host-delay", "0",
@@ -79,7 +80,7 @@ def test_the_waiting_command_rides_out_a_redis_restart(settings, tmp_path, crawl
     try:
         assert wait_for(lambda: len(server.hits) >= 20, timeout=60)
         own.stop()
-        time.sleep(3)  # the outage
+        time.sleep(3)  # the outage itself: letting time pass while Redis is down is the point
         own.start()
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
@@ -91,16 +92,6 @@ def test_the_waiting_command_rides_out_a_redis_restart(settings, tmp_path, crawl
         server.stop()
         own.stop()
         use_broker(settings.broker_url)
-
-
-class VolatileRedis(OwnRedis):
-    """A redis-server that keeps nothing across a restart (no AOF, no snapshot)."""
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "no", "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert wait_for(self.ping, timeout=10), "redis-server did not start"
 
 
 def branching_site(n: int, delay: float) -> dict:
@@ -120,7 +111,7 @@ def test_a_redis_that_lost_its_data_never_makes_a_crawl_finished_and_the_rerun_f
     shows that no stored page is fetched again, not even the seed. Only robots.txt may be: its cache in
     Redis is gone, so a worker that has not kept it in memory fetches it once more. The worker that ran
     before the loss keeps working through it all (its cache of seen links must not outlive the loss)."""
-    own = VolatileRedis(tmp_path)
+    own = OwnRedis(tmp_path, persistent=False)  # keeps nothing across a restart: no AOF, no snapshot
     own.start()
     local = replace(settings, broker_url=own.url, redis_url=own.url)
     here = runtime.Runtime(local)

@@ -19,11 +19,11 @@ from crawltasks import start_crawl
 from crawltasks.monitor import failure_counts
 from crawltasks.settings import Settings
 
+from .helpers import settled, wait_for
 from .sites import FAST, SiteServer, html, serve, slow_page
 from .test_flower import CHROMEDRIVER, CHROMIUM
 from .test_monitor import cli
 from .test_web_controls import start_web
-from .workers import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 COMPARED = ("state", "scheduled", "stored", "failed", "skipped", "pending", "items", "duplicates", "retried")
@@ -55,7 +55,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     driver.quit()
 
 
-def shop_site(pages: int = 400) -> SiteServer:
+def shop_site(pages: int = 250) -> SiteServer:
     """Slow pages, one in seven gone (404) and one in eleven broken (500)."""
     routes = {"/": slow_page("Catalogue", [f"/p/{i}" for i in range(pages)], delay=0.02)}
     for i in range(pages):
@@ -71,16 +71,8 @@ def shop_site(pages: int = 400) -> SiteServer:
 def still(crawl, settle: float = 1.5, timeout: float = 60) -> dict[str, Any]:
     """The crawl's counters once they have not moved for ``settle`` seconds (a paused crawl's
     batches already fetching end first)."""
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while time.monotonic() < deadline:
-        now = {k: crawl.stats().get(k) for k in COMPARED}
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= settle:
-            return now
-        time.sleep(0.1)
-    raise AssertionError(f"the counters never held still: {last}")
+    return settled(lambda: {k: crawl.stats().get(k) for k in COMPARED}, hold=settle, timeout=timeout,
+                   what="the crawl's counters")
 
 
 def cli_stats(settings: Settings, crawl_id: str) -> dict[str, Any]:

@@ -18,9 +18,9 @@ import requests
 from crawltasks import start_crawl
 from crawltasks.settings import Settings
 
+from .helpers import free_port, settled, wait_for
 from .sites import FAST, SiteServer, serve, slow_page
-from .test_flower import ROOT, Proc, free_port, listening, service_env
-from .workers import wait_for
+from .test_flower import ROOT, Proc, listening, service_env
 
 USER, PASSWORD = "crawl", uuid.uuid4().hex
 
@@ -63,21 +63,8 @@ def xsrf_of(session: requests.Session, base: str, crawl_id: str) -> str:
     return re.search(r'name="_xsrf" value="([^"]+)"', html).group(1)
 
 
-def quiet(site: SiteServer, for_s: float = 1.5, timeout: float = 30) -> int:
-    """Wait until the site's request log stops growing for ``for_s`` seconds; returns its length."""
-    deadline = time.monotonic() + timeout
-    seen, since = len(site.hits), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        if len(site.hits) != seen:
-            seen, since = len(site.hits), time.monotonic()
-        elif time.monotonic() - since >= for_s:
-            return seen
-    raise AssertionError(f"the site never went quiet: {len(site.hits)} requests")
-
-
 def test_the_pause_control_really_pauses_and_resume_finishes(worker, rt, web_auth, crawl_id):
-    site = long_site()
+    site = long_site(80)  # paused after 20 pages, with plenty left to fetch
     session = requests.Session()
     session.auth = (USER, PASSWORD)
     try:
@@ -87,8 +74,9 @@ def test_the_pause_control_really_pauses_and_resume_finishes(worker, rt, web_aut
                             allow_redirects=False, timeout=10)
         assert resp.status_code == 303 and resp.headers["Location"].endswith("done=pause&n=1")
         assert crawl.stats()["state"] == "paused"
-        before = quiet(site)  # batches already fetching finish; nothing more starts
-        time.sleep(3)
+        # batches already fetching finish; nothing more starts
+        before = settled(lambda: len(site.hits), hold=1.5, timeout=30, what="the site's request log")
+        time.sleep(3)  # letting time pass is the point: a paused crawl must fetch nothing meanwhile
         assert len(site.hits) == before, "requests went on after the pause"
         stats = crawl.stats()
         assert stats["state"] == "paused" and stats["pending"] > 0 and not crawl.finished

@@ -6,11 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from crawltasks import localworkers
 from crawltasks.settings import Settings
+
+from .helpers import wait_for
+
+__all__ = ["ALL_QUEUES", "ROOT", "WorkerProcess", "wait_for", "worker_env"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_QUEUES = ",".join(localworkers.ALL_QUEUES)
@@ -52,12 +55,3 @@ class WorkerProcess:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
