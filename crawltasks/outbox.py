@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from . import logs
@@ -71,7 +71,8 @@ class Outbox:
             box.counts["fetched"] += 1
             state = self.rt.state
             if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)):
-                result.error, result.message = Reason.DUPLICATE_REDIRECT, f"redirected to {result.url}, already seen"
+                result = replace(result, error=Reason.DUPLICATE_REDIRECT,
+                                 message=f"redirected to {result.url}, already seen")
             elif body is not None:
                 box.bodies[req.ticket] = body
         elif result.transient and req.attempt < options.max_retries:
@@ -104,9 +105,8 @@ class Outbox:
             if not everything and len(box.results) < options.batch_size and now - box.since < FLUSH_AFTER:
                 continue
             keys = self.rt.bodies.park(crawl_id, box.bodies, options.body_ttl)
-            for result in box.results:
-                result.body_key = keys.get(result.request.ticket) if result.ok else None
+            results = [replace(r, body_key=keys.get(r.request.ticket) if r.ok else None) for r in box.results]
             self.rt.state.incr(crawl_id, **box.counts)
-            if box.results:
-                self.sender.send_results(crawl_id, box.results)
+            if results:
+                self.sender.send_results(crawl_id, results)
             self.boxes[crawl_id] = CrawlBox()

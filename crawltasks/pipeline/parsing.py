@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import callbacks, logs, revisit
@@ -16,6 +17,7 @@ from ..parse import is_html
 from ..reasons import RECORDED_SKIPS, SILENT_SKIPS, Reason
 from ..recovery import attach_discovered
 from ..runtime import Runtime
+from ..settings import CrawlOptions
 from ..sitemaps import looks_like_sitemap, parse_sitemap
 from ..spiders import Response, Spider, SpiderNotFound, StopCrawl
 from ..urls import redact
@@ -118,9 +120,8 @@ class _Parse:
         self.out.item_tickets += [req.ticket] * len(docs)  # whose they are, should a hook fail one
 
     def fail(self, f: Fetched, reason: str, message: str, outcome: str = "failed") -> None:
-        """The request ends here, recorded with its reason."""
-        f.error, f.message = reason, message
-        self.out.records.append(record_doc(self.crawl_id, f, outcome))
+        """The request ends here, recorded with its reason (the Fetched it came as is left as it was)."""
+        self.out.records.append(record_doc(self.crawl_id, replace(f, error=reason, message=message), outcome))
 
     def page(self, f: Fetched, body: bytes, spider: Spider) -> None:
         """Parse one fetched page with the spider; its exceptions end this request only."""
@@ -139,19 +140,22 @@ class _Parse:
                            "body": None, "headers": {}, "cookies": {}}
         page.update(revisit.page_fields(f, body))
         try:
-            kept = parse_page(self.rt, self.crawl_id, spider, f, body, page, self)
+            made = parse_page(self.options, self.crawl_id, spider, f, body)
         except StopCrawl as exc:
             cancel(self.rt, self.crawl_id, str(exc))
-            kept = True
+            made = PageMade()
         except HookFailed as exc:
             return self.fail(f, Reason.HOOK_ERROR, hook_failed(self.rt, self.crawl_id, exc.hook, f.url, exc.error))
         except Exception as exc:  # user code: its failure is this request's, not the worker's
             logs.event("spider.error", logging.WARNING, crawl_id=self.crawl_id, url=f.url,
                        spider=self.options.spider, message=f"{type(exc).__name__}: {exc}")
             return self.fail(f, Reason.SPIDER_ERROR, f"{type(exc).__name__}: {exc}")
-        if not kept:
+        if not made.kept:
             return self.fail(f, Reason.SKIPPED_BY_HOOK, "after_response returned None", "skipped")
-        self.parsed += page.pop("_parsed", 0)
+        page.update(made.fields)
+        self.parsed += made.parsed
+        self.follows(req.ticket, made.follow)
+        self.add_items(f, f.url or req.url, made.items)
         if self.options.store_html or spider.store_html:
             page["body_key"] = f.body_key
         self.out.pages.append(page)
@@ -166,20 +170,30 @@ class _Parse:
 
 
 
-def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: bytes, page: dict[str, Any],
-               run: _Parse) -> bool:
-    """Fill a page document, collect items and follow-ups. False if a hook skipped the page.
-    HTML goes to the request's callback (else ``parse``); other types only when the spider asks
-    (``callbacks.wants``)."""
-    options, req = rt.options(crawl_id), f.request
+@dataclass
+class PageMade:
+    """What the spider made of one page, decided before anything is scheduled or stored: fields for
+    the page's document, the requests it follows, its items; ``kept`` False when a hook skipped it."""
+
+    kept: bool = True
+    fields: dict[str, Any] = field(default_factory=dict)
+    follow: list[Request] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    parsed: int = 0  # 1 when the spider's callback ran on it
+
+
+def parse_page(options: CrawlOptions, crawl_id: str, spider: Spider, f: Fetched, body: bytes) -> PageMade:
+    """What the spider makes of one fetched page; its arguments are left as they are. HTML goes to
+    the request's callback (else ``parse``); other types only when the spider asks
+    (``callbacks.wants``); a sitemap's locations are followed."""
+    req = f.request
     url = f.url or req.url
     if looks_like_sitemap(url, f.content_type, body) and not req.callback:
         kind, locs = parse_sitemap(body)
-        run.follows(req.ticket, [Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs])
-        page["sitemap"], page["outlinks"] = kind, len(locs)
-        return True
+        follow = [Request(url=loc, depth=req.depth, priority=req.priority, referer=url) for loc in locs]
+        return PageMade(fields={"sitemap": kind, "outlinks": len(locs)}, follow=follow)
     if not callbacks.wants(spider, req, f.content_type, body):
-        return True
+        return PageMade()
     try:
         response = spider.after_response(Response(url, f.status or 200, body, req, f.content_type, crawl_id,
                                                   f.headers))
@@ -188,17 +202,14 @@ def parse_page(rt: Runtime, crawl_id: str, spider: Spider, f: Fetched, body: byt
     except Exception as exc:  # a hook's failure, told apart from parse's
         raise HookFailed("after_response", exc) from exc
     if response is None:
-        return False
+        return PageMade(kept=False)
     follow, items = callbacks.resolve(callbacks.call(spider, response), req, url)
-    page["_parsed"] = 1
+    fields: dict[str, Any] = {}
     if is_html(f.content_type, body):
-        page["title"] = response.title
-        page["outlinks"] = len(response.links)
+        fields["title"], fields["outlinks"] = response.title, len(response.links)
         if options.store_text or spider.store_text:
-            page["text"] = response.visible_text[:TEXT_CAP]
-    run.follows(req.ticket, follow)
-    run.add_items(f, url, items)
-    return True
+            fields["text"] = response.visible_text[:TEXT_CAP]
+    return PageMade(fields=fields, follow=follow, items=items, parsed=1)
 
 
 def item_doc(crawl_id: str, url: str, page_fp: str, item: dict[str, Any]) -> dict[str, Any]:

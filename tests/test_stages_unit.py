@@ -1,0 +1,81 @@
+"""The stages decide, then act: what the spider makes of a page is returned (``parse_page`` ->
+``PageMade``), and what the fetch engine hands on is a new ``Fetched``, never the one it was given.
+No service, milliseconds."""
+
+from __future__ import annotations
+
+from crawltasks.models import Fetched, Request
+from crawltasks.outbox import Outbox
+from crawltasks.pipeline.parsing import PageMade, parse_page
+from crawltasks.settings import CrawlOptions
+from crawltasks.spiders import Response, Spider
+from crawltasks.urls import canonicalize, fingerprint
+
+from .test_outbox import TwinRuntime, taken
+
+PAGE = (b"<html><head><title>Shop</title></head><body><a href='/a'>a</a><a href='/b'>b</a>"
+        b"<p>" + b"words " * 50 + b"</p></body></html>")
+SITEMAP = (b"<?xml version='1.0'?><urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'>"
+           b"<url><loc>http://s.test/x</loc></url><url><loc>http://s.test/y</loc></url></urlset>")
+
+
+class Shop(Spider):
+    name = "stages-unit-shop"
+
+    def parse(self, response: Response):
+        yield {"title": response.title}
+        yield from response.follow_all()
+
+
+class Skipping(Shop):
+    name = "stages-unit-skipping"
+
+    def after_response(self, response: Response):
+        return None
+
+
+def fetched(path: str, body: bytes, content_type: str = "text/html") -> Fetched:
+    url = canonicalize(f"http://s.test{path}")
+    req = Request(url=url, fp=fingerprint(url), ticket=fingerprint(url), depth=0)
+    return Fetched(request=req, status=200, url=url, fp=req.fp, content_type=content_type, size=len(body),
+                   fetched_at="t")
+
+
+def test_a_page_returns_its_fields_follow_ups_and_items_and_changes_nothing_it_was_given():
+    f, options = fetched("/", PAGE), CrawlOptions(store_text=True)
+    before = (f.to_dict(), options)
+    made = parse_page(options, "c", Shop(crawl_id="c"), f, PAGE)
+    assert made.kept and made.parsed == 1
+    assert made.fields["title"] == "Shop" and made.fields["outlinks"] == 2 and made.fields["text"].startswith("a b words")
+    assert sorted(r.url for r in made.follow) == ["http://s.test/a", "http://s.test/b"]
+    assert made.items == [{"title": "Shop"}]
+    assert (f.to_dict(), options) == before
+
+
+def test_text_is_kept_only_when_asked():
+    made = parse_page(CrawlOptions(), "c", Shop(crawl_id="c"), fetched("/", PAGE), PAGE)
+    assert "text" not in made.fields
+
+
+def test_a_hook_that_drops_the_page_is_told_apart():
+    assert parse_page(CrawlOptions(), "c", Skipping(crawl_id="c"), fetched("/", PAGE), PAGE) == PageMade(kept=False)
+
+
+def test_a_sitemap_is_followed_without_the_spider():
+    f = fetched("/sitemap.xml", SITEMAP, "application/xml")
+    made = parse_page(CrawlOptions(), "c", Shop(crawl_id="c"), f, SITEMAP)
+    assert made.fields == {"sitemap": "urlset", "outlinks": 2} and made.parsed == 0 and made.items == []
+    assert [r.url for r in made.follow] == ["http://s.test/x", "http://s.test/y"]
+    assert all(r.referer == f.url and r.depth == 0 for r in made.follow)
+
+
+def test_the_outbox_hands_on_new_results_and_leaves_the_given_ones_alone():
+    rt = TwinRuntime(options_of={"c": CrawlOptions(batch_size=10)})
+    outbox = Outbox(rt)  # type: ignore[arg-type]
+    [req] = taken(rt, "/ok")
+    given = Fetched(request=req, status=200, url=req.url, fp=req.fp, fetched_at="t")
+    before = given.to_dict()
+    outbox.sort("c", req, given, b"<p>hi</p>")
+    outbox.flush(now=0.0, everything=True)
+    [sent] = rt.sender.fetched()
+    assert sent.body_key and given.to_dict() == before and given.body_key is None
