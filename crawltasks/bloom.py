@@ -31,20 +31,31 @@ import redis
 MAX_BITS = 2**32  # a Redis string holds at most 512 MB
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
-# KEYS: bitmap, params hash[, stats hash]. ARGV: m, k, fingerprints ("!" prefix: dont_filter).
-# Returns one 1/0 per fingerprint: 1 when at least one of its k bits was clear (new), 0 when all were set.
-_CHECK_AND_ADD = """
-local m, k = tonumber(ARGV[1]), tonumber(ARGV[2])
-if redis.call('HSETNX', KEYS[2], 'm', m) == 1 then
-  redis.call('HSET', KEYS[2], 'k', k)
-  redis.call('SETBIT', KEYS[1], m - 1, 0)
-else
-  local p = redis.call('HMGET', KEYS[2], 'm', 'k')
+# A Lua function for every script that writes a filter (this module's, and the frontier's SCHEDULE):
+# the bitmap is allocated, and its m and k recorded, on first use; a filter made with other m and k is
+# an error reply (returned: the caller returns it), never a silently broken filter.
+BLOOM_READY = """
+local function bloom_ready(bitmap, params, m, k)
+  if redis.call('HSETNX', params, 'm', m) == 1 then
+    redis.call('HSET', params, 'k', k)
+    redis.call('SETBIT', bitmap, m - 1, 0)
+    return nil
+  end
+  local p = redis.call('HMGET', params, 'm', 'k')
   if tonumber(p[1]) ~= m or tonumber(p[2]) ~= k then
-    return redis.error_reply('bloom filter ' .. KEYS[1] .. ' has m=' .. p[1] .. ' k=' .. p[2] ..
+    return redis.error_reply('bloom filter ' .. bitmap .. ' has m=' .. p[1] .. ' k=' .. p[2] ..
       ', asked for m=' .. m .. ' k=' .. k)
   end
+  return nil
 end
+"""
+
+# KEYS: bitmap, params hash[, stats hash]. ARGV: m, k, fingerprints ("!" prefix: dont_filter).
+# Returns one 1/0 per fingerprint: 1 when at least one of its k bits was clear (new), 0 when all were set.
+_CHECK_AND_ADD = BLOOM_READY + """
+local m, k = tonumber(ARGV[1]), tonumber(ARGV[2])
+local refused = bloom_ready(KEYS[1], KEYS[2], m, k)
+if refused then return refused end
 local flags, new = {}, 0
 for i = 3, #ARGV do
   local fp, force = ARGV[i], false

@@ -6,6 +6,8 @@ key a script touches is in the crawl's slot. A claim is a JSON array
 ``[owner, fetching (1/0), since_ms, host, priority code, queue entry, hot (1/0, absent: 0)]``.
 """
 
+from .bloom import BLOOM_READY
+
 # The clock, a host's three queue names, and putting a host in the heap at the right time.
 _COMMON = """
 local function now_ms()
@@ -36,21 +38,13 @@ end
 # A new request is marked seen and queued in the same step, in either dedupe mode: nothing can be
 # seen and not queued, and the max_pages caps hold for both.
 # Returns per request 1 new, 0 duplicate, 2 over max_pages, 3 over max_per_host.
-SCHEDULE = _COMMON + """
+SCHEDULE = _COMMON + BLOOM_READY + """
 local prefix, max_pages, max_host = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local counted = ARGV[4] == '1'
 local m, k = tonumber(ARGV[5]), tonumber(ARGV[6])
 if m > 0 then
-  if redis.call('HSETNX', KEYS[7], 'm', m) == 1 then
-    redis.call('HSET', KEYS[7], 'k', k)
-    redis.call('SETBIT', KEYS[1], m - 1, 0)
-  else
-    local p = redis.call('HMGET', KEYS[7], 'm', 'k')
-    if tonumber(p[1]) ~= m or tonumber(p[2]) ~= k then
-      return redis.error_reply('bloom filter ' .. KEYS[1] .. ' has m=' .. p[1] .. ' k=' .. p[2] ..
-        ', asked for m=' .. m .. ' k=' .. k)
-    end
-  end
+  local refused = bloom_ready(KEYS[1], KEYS[7], m, k)
+  if refused then return refused end
 end
 -- the seen-set: 1 when fp was not in it and now is (a Bloom filter: one of its bits was clear)
 local function add_seen(fp)
