@@ -46,7 +46,8 @@ def test_a_page_returns_its_fields_follow_ups_and_items_and_changes_nothing_it_w
     before = (f.to_dict(), options)
     made = parse_page(options, "c", Shop(crawl_id="c"), f, PAGE)
     assert made.kept and made.parsed == 1
-    assert made.fields["title"] == "Shop" and made.fields["outlinks"] == 2 and made.fields["text"].startswith("a b words")
+    assert made.fields["title"] == "Shop" and made.fields["outlinks"] == 2
+    assert made.fields["text"].startswith("a b words")
     assert sorted(r.url for r in made.follow) == ["http://s.test/a", "http://s.test/b"]
     assert made.items == [{"title": "Shop"}]
     assert (f.to_dict(), options) == before
