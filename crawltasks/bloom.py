@@ -31,10 +31,11 @@ import redis
 MAX_BITS = 2**32  # a Redis string holds at most 512 MB
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
-# A Lua function for every script that writes a filter (this module's, and the frontier's SCHEDULE):
-# the bitmap is allocated, and its m and k recorded, on first use; a filter made with other m and k is
-# an error reply (returned: the caller returns it), never a silently broken filter.
-BLOOM_READY = """
+# Lua functions for every script that touches a filter (this module's, and the frontier's SCHEDULE).
+# bloom_ready: the bitmap is allocated, and its m and k recorded, on first use; a filter made with
+# other m and k is an error reply (returned: the caller returns it), never a silently broken filter.
+# bloom_add: sets fp's k bits, 1 when one was clear (new). bloom_has: true when all k are set.
+BLOOM_LUA = """
 local function bloom_ready(bitmap, params, m, k)
   if redis.call('HSETNX', params, 'm', m) == 1 then
     redis.call('HSET', params, 'k', k)
@@ -48,11 +49,25 @@ local function bloom_ready(bitmap, params, m, k)
   end
   return nil
 end
+local function bloom_add(bitmap, m, k, fp)
+  local h1, h2, fresh = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16), 0
+  for j = 0, k - 1 do
+    if redis.call('SETBIT', bitmap, (h1 + j * h2) % m, 1) == 0 then fresh = 1 end
+  end
+  return fresh
+end
+local function bloom_has(bitmap, m, k, fp)
+  local h1, h2 = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16)
+  for j = 0, k - 1 do
+    if redis.call('GETBIT', bitmap, (h1 + j * h2) % m) == 0 then return false end
+  end
+  return true
+end
 """
 
 # KEYS: bitmap, params hash[, stats hash]. ARGV: m, k, fingerprints ("!" prefix: dont_filter).
 # Returns one 1/0 per fingerprint: 1 when at least one of its k bits was clear (new), 0 when all were set.
-_CHECK_AND_ADD = BLOOM_READY + """
+_CHECK_AND_ADD = BLOOM_LUA + """
 local m, k = tonumber(ARGV[1]), tonumber(ARGV[2])
 local refused = bloom_ready(KEYS[1], KEYS[2], m, k)
 if refused then return refused end
@@ -60,12 +75,7 @@ local flags, new = {}, 0
 for i = 3, #ARGV do
   local fp, force = ARGV[i], false
   if string.sub(fp, 1, 1) == '!' then fp = string.sub(fp, 2); force = true end
-  local h1 = tonumber(string.sub(fp, 1, 10), 16)
-  local h2 = tonumber(string.sub(fp, 11, 20), 16)
-  local fresh = 0
-  for j = 0, k - 1 do
-    if redis.call('SETBIT', KEYS[1], (h1 + j * h2) % m, 1) == 0 then fresh = 1 end
-  end
+  local fresh = bloom_add(KEYS[1], m, k, fp)
   if force then fresh = 1 end
   flags[i - 2] = fresh
   new = new + fresh
@@ -82,18 +92,11 @@ return flags
 """
 
 # KEYS: bitmap. ARGV: m, k, fingerprints. Returns 1 when all k bits are set (probably seen), else 0.
-_CONTAINS = """
+_CONTAINS = BLOOM_LUA + """
 local m, k = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {}
 for i = 3, #ARGV do
-  local fp = ARGV[i]
-  local h1 = tonumber(string.sub(fp, 1, 10), 16)
-  local h2 = tonumber(string.sub(fp, 11, 20), 16)
-  local all = 1
-  for j = 0, k - 1 do
-    if redis.call('GETBIT', KEYS[1], (h1 + j * h2) % m) == 0 then all = 0; break end
-  end
-  out[i - 2] = all
+  out[i - 2] = bloom_has(KEYS[1], m, k, ARGV[i]) and 1 or 0
 end
 return out
 """

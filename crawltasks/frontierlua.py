@@ -6,7 +6,7 @@ key a script touches is in the crawl's slot. A claim is a JSON array
 ``[owner, fetching (1/0), since_ms, host, priority code, queue entry, hot (1/0, absent: 0)]``.
 """
 
-from .bloom import BLOOM_READY
+from .bloom import BLOOM_LUA
 
 # The clock, a host's three queue names, and putting a host in the heap at the right time.
 _COMMON = """
@@ -38,7 +38,7 @@ end
 # A new request is marked seen and queued in the same step, in either dedupe mode: nothing can be
 # seen and not queued, and the max_pages caps hold for both.
 # Returns per request 1 new, 0 duplicate, 2 over max_pages, 3 over max_per_host.
-SCHEDULE = _COMMON + BLOOM_READY + """
+SCHEDULE = _COMMON + BLOOM_LUA + """
 local prefix, max_pages, max_host = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local counted = ARGV[4] == '1'
 local m, k = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -49,19 +49,11 @@ end
 -- the seen-set: 1 when fp was not in it and now is (a Bloom filter: one of its bits was clear)
 local function add_seen(fp)
   if m == 0 then return redis.call('SADD', KEYS[1], fp) end
-  local h1, h2, fresh = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16), 0
-  for j = 0, k - 1 do
-    if redis.call('SETBIT', KEYS[1], (h1 + j * h2) % m, 1) == 0 then fresh = 1 end
-  end
-  return fresh
+  return bloom_add(KEYS[1], m, k, fp)
 end
 local function is_seen(fp)
   if m == 0 then return redis.call('SISMEMBER', KEYS[1], fp) == 1 end
-  local h1, h2 = tonumber(string.sub(fp, 1, 10), 16), tonumber(string.sub(fp, 11, 20), 16)
-  for j = 0, k - 1 do
-    if redis.call('GETBIT', KEYS[1], (h1 + j * h2) % m) == 0 then return false end
-  end
-  return true
+  return bloom_has(KEYS[1], m, k, fp)
 end
 local now = now_ms()
 local scheduled = tonumber(redis.call('HGET', KEYS[2], 'scheduled') or '0')

@@ -3,7 +3,6 @@ and a redis-server of a test's own for the tests that must stop and start their 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -12,15 +11,9 @@ from typing import TypeVar
 
 import redis
 
+from crawltasks.embedded import free_port  # the embedded mode's own: the kernel picks the port
+
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the kernel's pick, so two test
-    sessions on one machine do not collide)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
