@@ -1,6 +1,6 @@
 """Celery configuration for crawltasks: broker, queues, every task route, delivery guarantees.
 
-Read by ``crawltasks.celeryapp`` (and so by ``celery -A crawltasks worker``). Only environment
+Read by ``crawltasks.worker.app`` (and so by ``celery -A crawltasks worker``). Only environment
 variables are read here; nothing connects at import time.
 """
 
@@ -43,7 +43,7 @@ task_routes = {
     "crawltasks.store": {"queue": STORE_QUEUE, "routing_key": STORE_QUEUE},
     "crawltasks.control.*": {"queue": CONTROL_QUEUE, "routing_key": CONTROL_QUEUE},
 }
-imports = ["crawltasks.tasks"]
+imports = ["crawltasks.worker.tasks"]
 
 # --- Serialization: JSON only, never pickle -----------------------------------------------------
 task_serializer = "json"
@@ -83,7 +83,7 @@ result_backend = None
 # CRAWLTASKS_TASK_EVENTS=0 turns them off where nobody watches (the embedded mode's own workers).
 worker_send_task_events = os.environ.get("CRAWLTASKS_TASK_EVENTS", "1") != "0"
 task_send_sent_event = worker_send_task_events
-# Flower lists each task's argsrepr (crawl id, batch size, first URL: set by crawltasks.sending) and the
+# Flower lists each task's argsrepr (crawl id, batch size, first URL: set by crawltasks.worker.sending) and the
 # repr of its result; keep that repr short so a fetch result (metadata of a batch) stays one line.
 task_annotations = {name: {"resultrepr_maxsize": 200}
                     for name in ("crawltasks.fetch", "crawltasks.parse", "crawltasks.store")}

@@ -7,14 +7,14 @@ here defers to the environment. Authentication is configured by environment only
 
 Without it Flower listens on 127.0.0.1 only and its HTTP API stays off. Binding any other address
 (``FLOWER_ADDRESS=0.0.0.0`` as in docker/docker-compose.yml, or ``--address``) without authentication
-is refused by ``crawltasks/flowerguard.py``, which ``-A crawltasks`` loads wherever Flower is started
+is refused by ``crawltasks/monitor/flowerguard.py``, which ``-A crawltasks`` loads wherever Flower is started
 (this file is only read from the current directory, and the command line overrides it): a Flower
 reachable from the network can revoke tasks and shut workers down.
 """
 
 import os
 
-import crawltasks.flowerguard  # noqa: F401 - the address check, for a `celery flower` started here without -A too
+import crawltasks.monitor.flowerguard  # noqa: F401 - the address check, for a `celery flower` started here without -A too
 
 address = os.environ.get("FLOWER_ADDRESS", "127.0.0.1")
 port = int(os.environ.get("FLOWER_PORT", "5555"))

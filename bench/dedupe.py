@@ -9,7 +9,7 @@ Runs against a private redis-server it starts on a free port (``--save "" --appe
 shuts down after; never the shared one. Every mode goes through crawltasks' own code: the exact mode is
 ``RedisFrontier.add`` (a Lua SADD per 40-char hex SHA-1 into a SET, with its counters; the requests it
 queues are dropped before memory is read) and the Bloom mode is
-``crawltasks.bloom.BloomFilter.check_and_add`` (k SETBITs per fingerprint), so the figures include the
+``crawltasks.backends.redis.bloom.BloomFilter.check_and_add`` (k SETBITs per fingerprint), so the figures include the
 counters and the script call, as a crawl pays them. The queue mode fills the frontier with requests
 of realistic shape (1,000 hosts, ~70-character URLs, each with its referer) and reports the bytes of
 the host queues per waiting request, and of everything the frontier keeps (seen-set included).
@@ -34,10 +34,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.procs import PrivateRedis  # noqa: E402
-from crawltasks.bloom import BloomFilter  # noqa: E402
-from crawltasks.keys import Keys  # noqa: E402
+from crawltasks.backends.redis.bloom import BloomFilter  # noqa: E402
+from crawltasks.backends.redis.frontier import RedisFrontier  # noqa: E402
+from crawltasks.backends.redis.keys import Keys  # noqa: E402
 from crawltasks.models import Request  # noqa: E402
-from crawltasks.redisfrontier import RedisFrontier  # noqa: E402
 from crawltasks.urls import fingerprint  # noqa: E402
 
 FILL_BATCH = 2000

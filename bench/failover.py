@@ -33,10 +33,10 @@ from bench import labsite, serverlog  # noqa: E402
 from bench.labserve import LabServer  # noqa: E402
 from bench.procs import PrivateMongo, PrivateRedis  # noqa: E402
 from crawltasks import runtime  # noqa: E402
-from crawltasks.celeryapp import use_broker  # noqa: E402
+from crawltasks.backends.redis.keys import Keys  # noqa: E402
 from crawltasks.crawl import start_crawl  # noqa: E402
-from crawltasks.keys import Keys  # noqa: E402
 from crawltasks.settings import Settings  # noqa: E402
+from crawltasks.worker.app import use_broker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = "crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.store,crawl.parse"

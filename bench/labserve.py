@@ -29,7 +29,7 @@ import psutil
 
 from bench.labsite import LabSpec
 from bench.serve import nginx_binary
-from crawltasks.embedded import stop_process
+from crawltasks.local.embedded import stop_process
 
 LOG_FORMAT = "$server_addr $msec $request_time $remote_port $connection $status $body_bytes_sent $request_uri"
 ECHO_MODULE_CONFS = ("/usr/share/nginx/modules-available/mod-http-echo.conf",

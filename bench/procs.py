@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from crawltasks.embedded import MongoProcess, stop_process
+from crawltasks.local.embedded import MongoProcess, stop_process
 
 from .serve import free_port, wait_port
 

@@ -38,10 +38,10 @@ import redis  # noqa: E402
 from bench import site as sitegen  # noqa: E402
 from bench.procs import PrivateMongo, PrivateRedis  # noqa: E402
 from bench.serve import StaticServer  # noqa: E402
-from crawltasks.hostqueues import HostPolicy  # noqa: E402
+from crawltasks.backends.redis.frontier import RedisFrontier  # noqa: E402
+from crawltasks.backends.redis.registry import RedisState  # noqa: E402
+from crawltasks.frontier.queues import HostPolicy  # noqa: E402
 from crawltasks.models import Request  # noqa: E402
-from crawltasks.redisfrontier import RedisFrontier  # noqa: E402
-from crawltasks.redisstate import RedisState  # noqa: E402
 from crawltasks.urls import fingerprint  # noqa: E402
 
 LOCAL = dict(host_delay=0.0, host_concurrency=32, batch_size=16, obey_robots=False)  # our own site only
@@ -93,9 +93,9 @@ def run_api(args: argparse.Namespace, retention: float, work: Path) -> list[dict
 
 def run_pipeline(args: argparse.Namespace, retention: float, work: Path) -> list[dict]:
     from crawltasks import runtime, start_crawl
-    from crawltasks.celeryapp import app, use_broker
-    from crawltasks.localworkers import InProcessWorker
+    from crawltasks.local.workers import InProcessWorker
     from crawltasks.settings import Settings
+    from crawltasks.worker.app import app, use_broker
 
     site = sitegen.generate(sitegen.SiteSpec(pages=args.pages, links=8, page_kb=4.0), work / "site")
     with (PrivateRedis(work / "redis") as server, PrivateMongo(work / "mongo") as mongo,

@@ -36,7 +36,7 @@ from bench import site as sitegen  # noqa: E402
 from bench.procs import MB, PrivateMongo, PrivateRedis, celery_messages  # noqa: E402
 from bench.run import ROOT, clean_env  # noqa: E402
 from bench.serve import StaticServer  # noqa: E402
-from crawltasks.embedded import stop_process  # noqa: E402
+from crawltasks.local.embedded import stop_process  # noqa: E402
 
 FETCH_QUEUES = "crawl.fetch.high,crawl.fetch.default,crawl.fetch.low,crawl.control"
 PARSE_STORE_QUEUES = "crawl.parse,crawl.store"

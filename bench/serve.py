@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from crawltasks.embedded import free_port, stop_process
+from crawltasks.local.embedded import free_port, stop_process
 
 NGINX_CONF = """\
 {user}worker_processes 1;

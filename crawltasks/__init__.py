@@ -14,15 +14,15 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "start_crawl": "crawltasks.crawl",
-    "run": "crawltasks.runner",
-    "CrawlResult": "crawltasks.runner",
+    "run": "crawltasks.local.runner",
+    "CrawlResult": "crawltasks.local.runner",
     "Crawl": "crawltasks.crawl",
     "Spider": "crawltasks.spiders",
     "Response": "crawltasks.spiders",
     "Request": "crawltasks.models",
     "CrawlOptions": "crawltasks.settings",
     "Settings": "crawltasks.settings",
-    "app": "crawltasks.celeryapp",
+    "app": "crawltasks.worker.app",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -11,19 +11,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import logs, runtime
-from .frontier import schedule
-from .guard import private_seed_hosts
-from .health import StateLost, outages, stalled_line
+from .frontier.schedule import schedule
+from .frontier.seeds import Feeder, first_chunk, hold, release
+from .frontier.seeds import add as add_seeds
+from .http.guard import private_seed_hosts
+from .http.robots import Robots, origin_of
 from .models import Request
-from .recovery import rebuild_if_lost, save_record, saved_seeds
-from .robots import Robots, origin_of
+from .monitor.health import StateLost, outages, stalled_line
 from .runtime import Runtime
-from .seeds import Feeder, first_chunk, hold, release
-from .seeds import add as add_seeds
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
 from .states import CrawlState
-from .store import FAILURES, ITEMS, PAGES, export_crawl
+from .storage.mongo import FAILURES, ITEMS, PAGES, export_crawl
+from .storage.recovery import rebuild_if_lost, save_record, saved_seeds
 from .urls import check_seeds, host_of, restore_userinfo
 
 OPTION_NAMES = frozenset(f.name for f in fields(CrawlOptions))
@@ -118,7 +118,7 @@ class Crawl:
 
     def cancel(self) -> bool:
         """Stop the crawl for good: what is queued ends as skipped; the crawl then finishes, cancelled."""
-        from .pipeline import cancel
+        from .stages.outcomes import cancel
 
         return cancel(self.rt, self.id)
 
@@ -194,7 +194,7 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     saved options: pages already stored are not fetched twice.
     """
     if rt is None:
-        from .health import check_unconfigured
+        from .monitor.health import check_unconfigured
 
         rt = runtime.current()
         check_unconfigured(rt)  # nothing configured and nothing answering: say so now, not wait on it

@@ -6,23 +6,23 @@ had (``InvalidURL`` is still a ``ValueError``), so existing ``except`` clauses h
     CrawltasksError
     ├── ConfigError        what the user gave cannot work
     │   ├── cli.parser.UsageError
-    │   ├── cliopts.OptionError (ValueError)
-    │   ├── feeds.FeedError (ValueError)
+    │   ├── cli.options.OptionError (ValueError)
+    │   ├── storage.feeds.FeedError (ValueError)
     │   └── spiders.SpiderNotFound (LookupError)
     ├── ServiceError       a service, the crawl's state or a local process is not there
-    │   ├── health.ServiceDown (RuntimeError)
-    │   ├── health.StateLost (RuntimeError)
-    │   ├── embedded.EmbeddedError (RuntimeError)
-    │   └── localworkers.WorkersGone (RuntimeError)
+    │   ├── monitor.health.ServiceDown (RuntimeError)
+    │   ├── monitor.health.StateLost (RuntimeError)
+    │   ├── local.embedded.EmbeddedError (RuntimeError)
+    │   └── local.workers.WorkersGone (RuntimeError)
     ├── FetchError         one request cannot be fetched: it ends with a reason (``reasons.py``)
     │   ├── urls.InvalidURL (ValueError)
-    │   ├── guard.Refused, guard.ResolutionFailed
-    │   ├── fetch.TooSlow, fetch.BadFraming
-    │   └── identity.ProviderError (ValueError)
+    │   ├── http.guard.Refused, http.guard.ResolutionFailed
+    │   ├── http.fetch.TooSlow, http.fetch.BadFraming
+    │   └── http.identity.ProviderError (ValueError)
     ├── SpiderError        the user's code failed
-    │   ├── pipeline.outcomes.HookFailed
-    │   ├── callbacks.NoSuchCallback (AttributeError)
-    │   └── trypage.PageError (RuntimeError)
+    │   ├── stages.outcomes.HookFailed
+    │   ├── stages.callbacks.NoSuchCallback (AttributeError)
+    │   └── cli.trypage.PageError (RuntimeError)
     └── Instruction        raised by a spider to steer the crawl: not failures
         ├── spiders.StopCrawl
         └── items.DropItem

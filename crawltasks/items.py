@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .backends.redis.keys import Keys
 from .errors import Instruction
-from .keys import Keys
 
 if TYPE_CHECKING:
     from .crawl import Crawl

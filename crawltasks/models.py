@@ -152,7 +152,7 @@ class Fetched:
 class Parsed:
     """What a parse task hands its store task, through the broker: documents shaped and the requests
     they end. Pages and failure records carry their request's ``ticket`` and ``lease`` (and, only
-    on the way, what ``pipeline.outcomes.IN_TRANSIT`` names); a page's body stays parked in Redis."""
+    on the way, what ``stages.outcomes.IN_TRANSIT`` names); a page's body stays parked in Redis."""
 
     crawl_id: str
     pages: list[dict[str, Any]] = field(default_factory=list)

@@ -4,7 +4,7 @@ Each has its shared implementation (Redis, MongoDB, requests) and an in-memory t
 ``crawltasks.backends.memory``; one contract suite per port runs against both, so a test of a
 policy on the twin says what the real thing does.
 
-- ``Frontier`` (``hostqueues.py``): scheduled requests per host, readiness, claims.
+- ``Frontier`` (``frontier/queues.py``): scheduled requests per host, readiness, claims.
 - ``Transport`` (below): one prepared request sent, its response back. Real: ``transport.PooledTransport``;
   twin: ``backends.memory.transport.MockTransport``; contract: ``tests/test_transport_contract.py``.
 - ``Storage`` (below): pages, items and failure records, one document per (crawl_id, fp), and one
@@ -17,7 +17,7 @@ policy on the twin says what the real thing does.
   ``backends.redis.gate.RedisGate``; twin: ``backends.memory.gate.MemoryGate``; contract:
   ``tests/test_gate_contract.py``. (``politeness.CrawlGate`` is one crawl's use of it.)
 - ``CrawlRegistry`` (below): every crawl's record, state, counters, completion, dedupe reads,
-  retention, visits and notification marks. Real: ``redisstate.RedisState``; twin:
+  retention, visits and notification marks. Real: ``backends.redis.registry.RedisState``; twin:
   ``backends.memory.registry.MemoryRegistry``; contract: ``tests/test_registry_contract.py``.
 - ``Sender`` (below): work handed to the stage workers: fetch batches, parse -> store chains. Real:
   ``sending.CelerySender``; twin: ``backends.memory.sender.MemorySender``; contract:
@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Protocol
 
 import requests
 
-from .hostqueues import Entry, Frontier
+from .frontier.queues import Entry, Frontier
 from .models import Fetched
 
 
@@ -267,7 +267,7 @@ class CrawlRegistry(Protocol):
 
     The counters are also written outside this port, in the same place (Redis: ``Keys.stats``):
     ``Frontier.add`` counts scheduled, pending, duplicates and the max_pages filters in the script
-    that marks requests seen (``frontierlua.SCHEDULE``), ``Frontier.drop_queued`` counts what a
+    that marks requests seen (``frontier_lua.SCHEDULE``), ``Frontier.drop_queued`` counts what a
     cancel drops as skipped (``DROP_QUEUED``); with ``dedupe="bloom"`` the same script sets and reads
     the filter's bits instead of the exact set. Whatever writes them,
     ``scheduled == stored + failed + skipped + pending``.
@@ -376,7 +376,7 @@ class CrawlRegistry(Protocol):
         """When each page was last stored (epoch seconds; None: not within the last ttl)."""
         ...
 
-    # notification marks (crawltasks.notify)
+    # notification marks (crawltasks.monitor.notify)
     def mark_once(self, crawl_id: str, event: str, value: str, ttl: float) -> bool:
         """Claim ``event`` for ``ttl`` seconds; False if claimed before."""
         ...

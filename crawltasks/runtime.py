@@ -14,23 +14,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .backends.redis.bodies import RedisBodies
+from .backends.redis.frontier import RedisFrontier
 from .backends.redis.gate import RedisGate
-from .frontier import KnownSeen
-from .liveness import Fleet, Heartbeat
+from .backends.redis.registry import RedisState
+from .frontier.schedule import KnownSeen
+from .http.transport import PooledTransport
 from .ports import BodyStore, HostGate, Sender, Transport
-from .redisfrontier import RedisFrontier
-from .redisstate import RedisState
 from .settings import CrawlOptions, Settings
 from .spiders import Spider, SpiderNotFound, resolve_spider
-from .store import MongoStorage
-from .transport import PooledTransport
+from .storage.mongo import MongoStorage
+from .worker.liveness import Fleet, Heartbeat
 
 if TYPE_CHECKING:
     from protego import Protego
 
-    from .guard import Allowance
-    from .itempipes import Chain
-    from .sessions import SharedJar
+    from .http.guard import Allowance
+    from .http.sessions import SharedJar
+    from .stages.itempipes import Chain
 
 
 @dataclass
@@ -45,9 +45,9 @@ class ProcessCaches:
     allowances: dict[int, tuple[object, Allowance]] = field(default_factory=dict)  # id(options) -> allowance
     chains: dict[str, Chain] = field(default_factory=dict)  # crawl -> its item processors, opened here
     chains_lock: threading.Lock = field(default_factory=threading.Lock)
-    jars: dict[str, SharedJar] = field(default_factory=dict)  # crawl -> its cookie jar (crawltasks.sessions)
+    jars: dict[str, SharedJar] = field(default_factory=dict)  # crawl -> its cookie jar (crawltasks.http.sessions)
     jars_lock: threading.Lock = field(default_factory=threading.Lock)
-    known: KnownSeen = field(default_factory=KnownSeen)  # links known seen (crawltasks.frontier)
+    known: KnownSeen = field(default_factory=KnownSeen)  # links known seen (crawltasks.frontier.schedule)
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Runtime:
     _heartbeat: Heartbeat | None = None
     _transport: Transport | None = None  # a twin may be put here (tests)
     caches: ProcessCaches = field(default_factory=ProcessCaches)  # robots rules, cookie jars, item chains, ...
-    engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.engine)
+    engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.stages.engine)
 
     def _once(self, name: str, make: Callable[[], Any]) -> Any:
         """The process's one ``name`` (a ``_name`` field), made on first use by one thread only; a
@@ -99,7 +99,7 @@ class Runtime:
         """Where this process's work goes to the stage workers (Celery, on this process's broker
         connections); the dispatcher and the fetch engine send through it."""
         if self._sender is None:
-            from .sending import CelerySender  # the Celery side: loaded by a process that sends
+            from .worker.sending import CelerySender  # the Celery side: loaded by a process that sends
 
             self._once("_sender", CelerySender)
         return self._sender
@@ -136,7 +136,7 @@ class Runtime:
         return opts
 
     def forget_options(self, crawl_id: str) -> CrawlOptions:
-        """The crawl's options read again (its Redis state was rebuilt: ``crawltasks.recovery``)."""
+        """The crawl's options read again (its Redis state was rebuilt: ``crawltasks.storage.recovery``)."""
         self._options.pop(crawl_id, None)
         return self.options(crawl_id)
 

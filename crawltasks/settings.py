@@ -132,7 +132,7 @@ class CrawlOptions:
     cookie_jar: bool = False  # sessions: Set-Cookie answers kept per crawl, sent back (spider `cookies = True`)
     feed: bool = False  # seeds may be pushed while it runs (Crawl.add); finished only once closed
     sitemap_from_robots: bool = False  # seed the crawl with the sitemaps robots.txt lists
-    # notifications (crawltasks.notify): a webhook URL gets a JSON summary when the crawl finishes, and an
+    # notifications (crawltasks.monitor.notify): a webhook URL gets a JSON summary when the crawl finishes, and an
     # alert when the share of failed requests over the last minute reaches notify_failure_rate
     notify: str | None = None
     notify_failure_rate: float = 0.5

@@ -15,7 +15,7 @@ from requests.structures import CaseInsensitiveDict
 
 from .errors import ConfigError, Instruction
 from .models import Request
-from .parse import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
+from .stages.html import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
 from .urls import join, without_userinfo
 
 SPIDERS: dict[str, type[Spider]] = {}

@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from crawltasks import runtime
-from crawltasks.celeryapp import app, use_broker
-from crawltasks.embedded import MongoProcess
-from crawltasks.localworkers import InProcessWorker
-from crawltasks.redisstate import RedisState
+from crawltasks.backends.redis.registry import RedisState
+from crawltasks.local.embedded import MongoProcess
+from crawltasks.local.workers import InProcessWorker
 from crawltasks.settings import Settings
+from crawltasks.worker.app import app, use_broker
 
 from .sites import SiteServer, basic_site, serve
 

@@ -8,7 +8,7 @@ sweep often, so a crash test sees the redelivery within its run. Start with
 
 import os
 
-from crawltasks.celeryapp import app
+from crawltasks.worker.app import app
 
 VISIBILITY_TIMEOUT = float(os.environ.get("CRASH_VISIBILITY_TIMEOUT", "6"))
 

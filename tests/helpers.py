@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import redis
 
-from crawltasks.embedded import free_port  # the embedded mode's own: the kernel picks the port
+from crawltasks.local.embedded import free_port  # the embedded mode's own: the kernel picks the port
 
 T = TypeVar("T")
 

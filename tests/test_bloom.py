@@ -8,7 +8,7 @@ import uuid
 import pytest
 import redis
 
-from crawltasks.bloom import BloomFilter, BloomParams, normalize
+from crawltasks.backends.redis.bloom import BloomFilter, BloomParams, normalize
 
 
 def fp(i: int, salt: str = "") -> str:

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawltasks.hostqueues import DUPLICATE, NEW, OVER_HOST_CAP, OVER_MAX_PAGES, Caps
-from crawltasks.keys import Keys
-from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import RedisState
+from crawltasks.backends.redis.frontier import RedisFrontier
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import RedisState
+from crawltasks.frontier.queues import DUPLICATE, NEW, OVER_HOST_CAP, OVER_MAX_PAGES, Caps
 
 from .test_bodies_contract import round_trips
 from .test_hostqueues import req

@@ -16,9 +16,9 @@ from redis.connection import AbstractConnection
 
 from crawltasks.backends.memory.bodies import MemoryBodies
 from crawltasks.backends.redis.bodies import RedisBodies, pack_body
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import RedisState
 from crawltasks.ports import BodyStore
-from crawltasks.redisstate import RedisState
 
 from .test_hostqueues import FakeClock
 

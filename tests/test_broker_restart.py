@@ -1,7 +1,7 @@
 """Redis, as broker and crawl state, restarted again and again under two busy workers: neither worker
 dies of it, and the crawl finishes with every page stored exactly once.
 
-Without the guard in ``crawltasks.celeryapp`` (``DetachedSafeQoS``) a worker that loses its broker
+Without the guard in ``crawltasks.worker.app`` (``DetachedSafeQoS``) a worker that loses its broker
 connection while it holds unacknowledged messages stops with ``Unrecoverable error:
 AttributeError("'NoneType' object has no attribute 'hostname'")``: a worker died in each of 5 runs
 of this test without it.
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import runtime, start_crawl
-from crawltasks.celeryapp import use_broker
+from crawltasks.worker.app import use_broker
 
 from .helpers import OwnRedis, wait_for
 from .sites import serve

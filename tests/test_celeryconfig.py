@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from crawltasks.celeryapp import celeryconfig
 from crawltasks.settings import Settings
+from crawltasks.worker.app import celeryconfig
 
 from .test_flower import Proc, service_env
 

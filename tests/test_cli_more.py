@@ -46,7 +46,7 @@ def as_external_worker(home, crawl_id):
     (spider, spider_path, the class name it resolves to)."""
     code = textwrap.dedent(f"""
         from crawltasks import runtime
-        from crawltasks.embedded import EmbeddedServices, data_dir
+        from crawltasks.local.embedded import EmbeddedServices, data_dir
         from crawltasks.spiders import resolve_spider
         with EmbeddedServices(data_dir()) as emb:
             opts = runtime.configure(emb.settings).options({crawl_id!r})
@@ -215,7 +215,7 @@ def test_readme_from_python_example_runs_as_written(site, tmp_path):
 def test_start_crawl_without_services_fails_at_once(tmp_path):
     code = textwrap.dedent("""
         from crawltasks import start_crawl
-        from crawltasks.health import ServiceDown
+        from crawltasks.monitor.health import ServiceDown
         try:
             start_crawl("http://127.0.0.1:9/")
         except ServiceDown as exc:

@@ -81,7 +81,7 @@ class Workers:
 
 def frontier_state(rt, crawl_id: str) -> dict:
     """Where the unfinished requests are: queued, claimed, hosts' slots and times (for failure reports)."""
-    from crawltasks.keys import Keys
+    from crawltasks.backends.redis.keys import Keys
 
     r = rt.state.r
     claims = {k.decode(): v.decode() for k, v in r.hgetall(Keys.claims(crawl_id)).items()}

@@ -15,8 +15,8 @@ from celery import signals
 from rich.console import Console
 
 from crawltasks import logs, start_crawl
-from crawltasks.guard import Allowance, private_seed_hosts
-from crawltasks.monitor import list_rows, plain_list, watch
+from crawltasks.http.guard import Allowance, private_seed_hosts
+from crawltasks.monitor.watch import list_rows, plain_list, watch
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import canonicalize, redact, restore_userinfo, without_userinfo
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.backends.memory.sender import MemorySender
-from crawltasks.dispatcher import EARLY, FULL_WAIT, Dispatcher, dispatch_round
-from crawltasks.hostqueues import decode
+from crawltasks.frontier.dispatcher import EARLY, FULL_WAIT, Dispatcher, dispatch_round
+from crawltasks.frontier.queues import decode
 from crawltasks.models import Request
 from crawltasks.runtime import ProcessCaches
 from crawltasks.settings import CrawlOptions

@@ -12,10 +12,10 @@ import pytest
 
 from crawltasks.backends.memory.gate import MemoryGate, _Host
 from crawltasks.backends.memory.sender import MemorySender
-from crawltasks.engine import FetchEngine
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.keys import Keys
 from crawltasks.models import Fetched, Request
 from crawltasks.settings import CrawlOptions
+from crawltasks.stages.engine import FetchEngine
 from crawltasks.urls import canonicalize, host_key
 
 from .sites import serve, slow_page
@@ -75,7 +75,7 @@ def crawl_of(rt, server, n: int, **options) -> tuple[str, list[Request]]:
     for i in range(n):
         url = canonicalize(server.url(f"/p/{i}"))
         reqs.append(Request(url=url))
-    from crawltasks.frontier import schedule
+    from crawltasks.frontier.schedule import schedule
 
     schedule(rt.state, rt.frontier, crawl_id, reqs, opts)
     taken = rt.frontier.take(crawl_id, 100, _free()).requests
@@ -85,7 +85,7 @@ def crawl_of(rt, server, n: int, **options) -> tuple[str, list[Request]]:
 
 
 def _free():
-    from crawltasks.hostqueues import HostPolicy
+    from crawltasks.frontier.queues import HostPolicy
 
     return HostPolicy(concurrency=100, delay=0)
 
@@ -143,7 +143,7 @@ def test_a_host_held_for_long_gets_its_requests_back_in_the_frontier(rt, engine,
 def test_requests_in_hand_are_renewed_and_a_forgotten_claim_goes_back(rt, engine, monkeypatch):
     """The engine claims what it holds again and again; a claim its owner lost track of is not
     renewed, and the reclaimer puts it back long before the crawl's lease."""
-    import crawltasks.engine as engine_module
+    import crawltasks.stages.engine as engine_module
 
     monkeypatch.setattr(engine_module, "RENEW_EVERY", 0.1)
     eng, results = engine

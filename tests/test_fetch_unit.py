@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from crawltasks.backends.memory.transport import MockTransport, response
-from crawltasks.fetch import fetch_one
+from crawltasks.http.fetch import fetch_one
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
 from crawltasks.urls import fingerprint

@@ -275,7 +275,7 @@ def test_flower_starts_on_loopback_outside_the_project_root(redis_url, tmp_path,
 def test_refusal_rules():
     from types import SimpleNamespace
 
-    from crawltasks.flowerguard import refusal
+    from crawltasks.monitor.flowerguard import refusal
 
     def opts(**kw: Any) -> SimpleNamespace:
         return SimpleNamespace(**{"address": "", "unix_socket": "", "basic_auth": None, "auth": "", **kw})
@@ -295,7 +295,7 @@ def test_refusal_rules():
 def test_flower_gets_rabbitmqs_management_api_for_its_broker_tab():
     from types import SimpleNamespace
 
-    from crawltasks.flowerguard import apply_broker_api, management_api
+    from crawltasks.monitor.flowerguard import apply_broker_api, management_api
 
     assert management_api("amqp://crawl:s3cr%40t@rabbitmq:5672//") == "http://crawl:s3cr%40t@rabbitmq:15672/api/"
     assert management_api("amqp://rabbitmq//") == "http://guest:guest@rabbitmq:15672/api/"

@@ -1,6 +1,6 @@
-from crawltasks.dispatcher import batches
-from crawltasks.frontier import backoff, plan_requests
-from crawltasks.hostqueues import decode, encode
+from crawltasks.frontier.dispatcher import batches
+from crawltasks.frontier.queues import decode, encode
+from crawltasks.frontier.schedule import backoff, plan_requests
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
 
@@ -47,8 +47,8 @@ def test_known_links_are_dropped_without_asking_redis_again(state):
     import uuid
 
     from crawltasks import runtime
-    from crawltasks.frontier import schedule
-    from crawltasks.redisfrontier import RedisFrontier
+    from crawltasks.backends.redis.frontier import RedisFrontier
+    from crawltasks.frontier.schedule import schedule
 
     KNOWN = runtime.current().caches.known  # what this process knows seen
 

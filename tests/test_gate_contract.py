@@ -13,9 +13,9 @@ import pytest
 
 from crawltasks.backends.memory.gate import MemoryGate
 from crawltasks.backends.redis.gate import RedisGate
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import RedisState
 from crawltasks.ports import HostGate, SlotRequest
-from crawltasks.redisstate import RedisState
 
 from .test_bodies_contract import round_trips
 from .test_hostqueues import FakeClock

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from crawltasks.fetch import fetch_one
-from crawltasks.guard import Allowance, Refused, ResolutionFailed, check_url, private_seed_hosts
+from crawltasks.http.fetch import fetch_one
+from crawltasks.http.guard import Allowance, Refused, ResolutionFailed, check_url, private_seed_hosts
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
 
@@ -165,7 +165,7 @@ def test_a_crawl_reaches_its_own_private_host_only(connects, site):
 
 
 def test_resolutions_are_remembered_for_a_while_but_failures_are_not():
-    from crawltasks.guard import CachedResolver
+    from crawltasks.http.guard import CachedResolver
 
     calls = []
 
@@ -195,7 +195,7 @@ def test_the_connection_goes_to_the_address_the_guard_checked(monkeypatch, conne
     """DNS rebinding: a name answers the guard with one address and a second lookup with another. The
     connection must go to the checked one. Loopback stands in for both: 127.0.0.1 counts as public
     here, 127.0.0.2 stays private, and only 127.0.0.1 has the server."""
-    import crawltasks.guard as guard
+    import crawltasks.http.guard as guard
 
     lookups = []
     real_resolve = socket.getaddrinfo

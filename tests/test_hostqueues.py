@@ -9,18 +9,10 @@ import uuid
 import pytest
 
 from crawltasks.backends.memory.frontier import MemoryFrontier
-from crawltasks.hostqueues import (
-    DUPLICATE,
-    NEW,
-    OVER_MAX_PAGES,
-    Caps,
-    HostPolicy,
-    decode,
-    encode,
-)
+from crawltasks.backends.redis.frontier import RedisFrontier
+from crawltasks.backends.redis.registry import RedisState
+from crawltasks.frontier.queues import DUPLICATE, NEW, OVER_MAX_PAGES, Caps, HostPolicy, decode, encode
 from crawltasks.models import Request
-from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import RedisState
 from crawltasks.urls import canonicalize, fingerprint
 
 FREE = HostPolicy(concurrency=100, delay=0.0)

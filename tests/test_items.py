@@ -2,8 +2,8 @@
 counted per processor in the crawl's stats; a failing processor costs only its item."""
 
 from crawltasks import start_crawl
-from crawltasks.itempipes import load_processor
 from crawltasks.items import Dedupe, DropItem, Required
+from crawltasks.stages.itempipes import load_processor
 
 from .sites import FAST, page, serve
 

@@ -5,9 +5,9 @@ from urllib.parse import urlsplit
 import redis
 
 from crawltasks import start_crawl
-from crawltasks.celeryapp import app
-from crawltasks.dispatcher import Dispatcher
-from crawltasks.localworkers import InProcessWorker
+from crawltasks.frontier.dispatcher import Dispatcher
+from crawltasks.local.workers import InProcessWorker
+from crawltasks.worker.app import app
 
 from .sites import FAST, page, serve
 from .workers import wait_for
@@ -65,8 +65,8 @@ def test_a_queue_reads_empty_only_when_no_message_waits(rt, settings, crawl_id):
     """The reclaimer takes back a claim handed on between stages only when no stage message waits
     (``stage_queues_empty``): a queue with no key at all in a Redis broker reads empty, one with a
     message does not. A queue of this test's own: a worker may be consuming the real ones."""
-    from crawltasks.celeryapp import app
-    from crawltasks.leases import _waiting
+    from crawltasks.worker.app import app
+    from crawltasks.worker.reclaimer import _waiting
 
     queue = f"test.{crawl_id}"
     broker = redis.Redis.from_url(settings.broker_url)

@@ -14,8 +14,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawltasks import start_crawl
-from crawltasks.keys import Keys
-from crawltasks.monitor import failure_counts
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.monitor.watch import failure_counts
 from crawltasks.settings import Settings
 from crawltasks.urls import host_key
 

@@ -13,17 +13,9 @@ import uuid
 from rich.console import Console
 
 from crawltasks import logs, start_crawl
-from crawltasks.keys import Keys
-from crawltasks.monitor import (
-    host_states,
-    list_rows,
-    render,
-    render_list,
-    render_text,
-    snapshot,
-    watch,
-)
-from crawltasks.progress import CrawlProgress, RateMeter, eta_seconds, human_seconds
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.monitor.progress import CrawlProgress, RateMeter, eta_seconds, human_seconds
+from crawltasks.monitor.watch import host_states, list_rows, render, render_list, render_text, snapshot, watch
 from crawltasks.urls import host_key
 
 from .sites import FAST, html, page, serve

@@ -27,8 +27,8 @@ import pymongo
 import pytest
 import redis
 
+from crawltasks.backends.redis.keys import Keys
 from crawltasks.crawl import Crawl
-from crawltasks.keys import Keys
 from crawltasks.runtime import Runtime
 from crawltasks.settings import Settings
 
@@ -49,7 +49,7 @@ DEAD_AFTER = 5  # seconds of heartbeat silence before a worker's claims are take
 REDIS_PORT, MONGO_PORT = 6379, 27017
 HOSTS = ["services", "site", "w1", "w2", "command"]
 
-# SecantusDB on a given address (crawltasks.embedded binds its store to 127.0.0.1 only, which is
+# SecantusDB on a given address (crawltasks.local.embedded binds its store to 127.0.0.1 only, which is
 # right for the embedded mode and wrong for a store other hosts reach).
 MONGO_SERVER = """
 import signal, sys, threading

@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from crawltasks import notify, start_crawl
-from crawltasks.monitor import failure_counts
+from crawltasks import start_crawl
+from crawltasks.monitor import notify
+from crawltasks.monitor.watch import failure_counts
 from crawltasks.settings import CrawlOptions
 
 from .sites import FAST, html, page, serve

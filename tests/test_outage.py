@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import runtime, start_crawl
-from crawltasks.celeryapp import use_broker
-from crawltasks.embedded import MongoProcess
+from crawltasks.local.embedded import MongoProcess
 from crawltasks.settings import Settings
+from crawltasks.worker.app import use_broker
 
 from .helpers import OwnRedis, wait_for
 from .sites import serve, slow_page

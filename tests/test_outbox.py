@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from crawltasks.backends.memory.bodies import MemoryBodies
 from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.backends.memory.sender import MemorySender
-from crawltasks.hostqueues import HostPolicy
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.models import Fetched, Request
-from crawltasks.outbox import Outbox
 from crawltasks.runtime import ProcessCaches
 from crawltasks.settings import CrawlOptions
+from crawltasks.stages.outbox import Outbox
 from crawltasks.urls import canonicalize, fingerprint
 
 

@@ -2,8 +2,8 @@ import pytest
 from w3lib.encoding import html_to_unicode
 
 from crawltasks.models import Request
-from crawltasks.parse import detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
 from crawltasks.spiders import Response
+from crawltasks.stages.html import detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
 
 
 def tree(html: bytes, content_type: str = "text/html"):

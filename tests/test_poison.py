@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import start_crawl
+from crawltasks.local.zygote import MAX_FAILED_STARTS, Zygote
 from crawltasks.settings import Settings
-from crawltasks.zygote import MAX_FAILED_STARTS, Zygote
 
 from .helpers import wait_for
 from .sites import FAST, page, serve

@@ -1,8 +1,8 @@
 """On Redis, a worker drains the high-priority fetch queue before the default and low ones."""
 
 from crawltasks import Request, start_crawl
-from crawltasks.celeryapp import app
-from crawltasks.localworkers import InProcessWorker
+from crawltasks.local.workers import InProcessWorker
+from crawltasks.worker.app import app
 
 from .sites import FAST, page, serve
 

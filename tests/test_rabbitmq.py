@@ -15,10 +15,10 @@ from kombu import Connection, pools
 
 import celeryconfig
 from crawltasks import start_crawl
-from crawltasks.celeryapp import app, use_broker
-from crawltasks.keys import Keys
-from crawltasks.localworkers import InProcessWorker
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.local.workers import InProcessWorker
 from crawltasks.settings import Settings
+from crawltasks.worker.app import app, use_broker
 
 from .sites import FAST, expected_basic_paths
 

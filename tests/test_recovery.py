@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import start_crawl
-from crawltasks.keys import Keys
-from crawltasks.monitor import list_rows
-from crawltasks.store import CRAWLS, PAGES, of_crawl
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.monitor.watch import list_rows
+from crawltasks.storage.mongo import CRAWLS, PAGES, of_crawl
 
 from .sites import FAST, serve, slow_page
 

@@ -5,11 +5,11 @@ import uuid
 
 import pytest
 
+from crawltasks.backends.redis.frontier import RedisFrontier
 from crawltasks.backends.redis.gate import RedisGate
+from crawltasks.backends.redis.registry import RedisState
 from crawltasks.models import Request
 from crawltasks.ports import SlotRequest
-from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import RedisState
 
 
 def reqs(fps, dont_filter=False):

@@ -20,11 +20,11 @@ import redis
 
 from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.backends.memory.registry import MemoryRegistry
-from crawltasks.hostqueues import HostPolicy
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import COUNTERS, RedisState
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.models import Request
 from crawltasks.ports import CrawlRegistry
-from crawltasks.redisstate import COUNTERS, RedisState
 from crawltasks.states import CrawlState
 
 from .test_hostqueues import FakeClock
@@ -234,7 +234,7 @@ def test_a_crawl_whose_registry_is_gone_is_lost(side, new_crawl):
     assert reg.finish(cid, [("a", "stored", "")]) == (1, False)
     assert reg.check_finished(cid) is False
     assert reg.crawl_meta(cid) == {"state": CrawlState.LOST}
-    assert reg.create_crawl(cid, {}, []) is True  # rebuilt (crawltasks.recovery) after delete_crawl
+    assert reg.create_crawl(cid, {}, []) is True  # rebuilt (crawltasks.storage.recovery) after delete_crawl
 
 
 def test_control_moves_only_from_the_allowed_states(side, new_crawl):

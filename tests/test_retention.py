@@ -10,11 +10,11 @@ import uuid
 import pytest
 
 from crawltasks import start_crawl
-from crawltasks.hostqueues import HostPolicy
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.frontier import RedisFrontier
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import SUMMARY_FACTOR, RedisState
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.models import Request
-from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import SUMMARY_FACTOR, RedisState
 from crawltasks.settings import ENV_RETENTION, CrawlOptions
 
 from .helpers import wait_for

@@ -16,12 +16,12 @@ import pytest
 from kombu.exceptions import EncodeError
 
 from crawltasks.backends.memory.sender import MemorySender, json_round_trip
-from crawltasks.celeryapp import app, celeryconfig
-from crawltasks.hostqueues import Entry, decode, encode
+from crawltasks.frontier.queues import Entry, decode, encode
 from crawltasks.models import PRIORITIES, Fetched, Parsed, Request
 from crawltasks.ports import Sender
-from crawltasks.sending import CelerySender
 from crawltasks.urls import canonicalize, fingerprint
+from crawltasks.worker.app import app, celeryconfig
+from crawltasks.worker.sending import CelerySender
 
 QUEUES = [*celeryconfig.FETCH_QUEUES.values(), celeryconfig.PARSE_QUEUE, celeryconfig.STORE_QUEUE]
 

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from crawltasks import series
-from crawltasks.hostqueues import HostPolicy
-from crawltasks.keys import Keys
+from crawltasks.backends.redis.frontier import RedisFrontier
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.redis.registry import RedisState
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.models import Request
-from crawltasks.redisfrontier import RedisFrontier
-from crawltasks.redisstate import RedisState
+from crawltasks.monitor import series
 
 
 @pytest.fixture

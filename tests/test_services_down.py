@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import runtime, start_crawl
-from crawltasks.celeryapp import use_broker
-from crawltasks.embedded import MongoProcess
+from crawltasks.local.embedded import MongoProcess
 from crawltasks.settings import Settings
+from crawltasks.worker.app import use_broker
 
 from .clirun import run_cli, start_cli
 from .helpers import OwnRedis, free_port, wait_for

@@ -4,7 +4,7 @@ scoped to a path; the jar is the crawl's, in Redis, shared by every fetch of the
 from urllib.parse import urlsplit
 
 from crawltasks import start_crawl
-from crawltasks.sessions import SharedJar
+from crawltasks.http.sessions import SharedJar
 
 from .sites import FAST, SiteServer, html, serve
 

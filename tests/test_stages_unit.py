@@ -5,10 +5,10 @@ No service, milliseconds."""
 from __future__ import annotations
 
 from crawltasks.models import Fetched, Request
-from crawltasks.outbox import Outbox
-from crawltasks.pipeline.parsing import PageMade, parse_page
 from crawltasks.settings import CrawlOptions
 from crawltasks.spiders import Response, Spider
+from crawltasks.stages.outbox import Outbox
+from crawltasks.stages.parsing import PageMade, parse_page
 from crawltasks.urls import canonicalize, fingerprint
 
 from .test_outbox import TwinRuntime, taken

@@ -10,9 +10,9 @@ import time
 
 from rich.console import Console
 
-from crawltasks import lua
-from crawltasks.keys import Keys
-from crawltasks.monitor import watch
+from crawltasks.backends.redis import lua
+from crawltasks.backends.redis.keys import Keys
+from crawltasks.monitor.watch import watch
 from crawltasks.settings import CrawlOptions
 from crawltasks.states import ENDED, CrawlState
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from crawltasks.backends.memory.storage import MemoryStorage
-from crawltasks.feeds import export
 from crawltasks.ports import Storage
-from crawltasks.store import FAILURES, ITEMS, PAGES, MongoStorage, export_crawl
+from crawltasks.storage.feeds import export
+from crawltasks.storage.mongo import FAILURES, ITEMS, PAGES, MongoStorage, export_crawl
 
 Make = Callable[..., Storage]
 

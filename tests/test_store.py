@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from crawltasks.store import FAILURES, ITEMS, PAGES, MongoStorage
+from crawltasks.storage.mongo import FAILURES, ITEMS, PAGES, MongoStorage
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_writes_wait_for_the_journal_unless_the_url_chooses(mongo_url: str) -> N
 def test_what_a_flush_acknowledged_survives_the_store_being_killed(tmp_path) -> None:
     """A page counts as stored once its flush returns: kill -9 the store right after, restart it on
     the same data, and every acknowledged document is there."""
-    from crawltasks.embedded import MongoProcess
+    from crawltasks.local.embedded import MongoProcess
 
     server = MongoProcess(tmp_path / "data", tmp_path / "log")
     storage = MongoStorage.from_url(server.start(), "durable", flush_size=10_000)

@@ -13,10 +13,10 @@ import requests
 from requests.cookies import RequestsCookieJar, extract_cookies_to_jar
 
 from crawltasks.backends.memory.transport import MockTransport, Reply
-from crawltasks.fetch import fetch_one
+from crawltasks.http.fetch import fetch_one
+from crawltasks.http.transport import PooledTransport, prepare
 from crawltasks.models import Request
 from crawltasks.settings import CrawlOptions
-from crawltasks.transport import PooledTransport, prepare
 
 from .sites import SiteServer
 

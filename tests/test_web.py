@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from crawltasks import start_crawl
-from crawltasks.monitor import failure_counts
+from crawltasks.monitor.watch import failure_counts
 from crawltasks.settings import Settings
 
 from .helpers import settled, wait_for

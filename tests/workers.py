@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from crawltasks import localworkers
+from crawltasks.local import workers
 from crawltasks.settings import Settings
 
 from .helpers import wait_for
@@ -16,7 +16,7 @@ from .helpers import wait_for
 __all__ = ["ALL_QUEUES", "ROOT", "WorkerProcess", "wait_for", "worker_env"]
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_QUEUES = ",".join(localworkers.ALL_QUEUES)
+ALL_QUEUES = ",".join(workers.ALL_QUEUES)
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -14,9 +14,8 @@ import os
 import signal
 import sys
 
-from ..cliopts import OptionError
-from ..feeds import FeedError
-from ..health import ServiceDown, StateLost
+from ..monitor.health import ServiceDown, StateLost
+from ..storage.feeds import FeedError
 from .commands import (
     cmd_add,
     cmd_control,
@@ -28,6 +27,7 @@ from .commands import (
     cmd_stats,
     cmd_web,
 )
+from .options import OptionError
 from .parser import UsageError, build_parser
 from .running import cmd_crawl, cmd_retry_failed, resume_command
 

@@ -8,13 +8,13 @@ import json
 import sys
 from typing import Any
 
-from ..services import open_services
+from ..local.services import open_services
 from ..states import CrawlState
 from .parser import UsageError
 
 
 def services(args: argparse.Namespace, wait: bool = True) -> Any:
-    """The services of this command (see ``crawltasks.services``); any command but ``crawl`` reaches a
+    """The services of this command (see ``crawltasks.local.services``); any command but ``crawl`` reaches a
     running embedded crawl's from a second terminal."""
     return open_services(args.data_dir, wait=wait, attach=args.command != "crawl")
 
@@ -35,7 +35,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with services(args):
         crawl = existing_crawl(args.crawl_id)
         if args.watch:
-            from ..monitor import watch
+            from ..monitor.watch import watch
 
             watch(args.crawl_id, interval=max(0.1, args.interval))
             return 0
@@ -51,7 +51,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     with services(args):
         crawl = existing_crawl(args.crawl_id)
-        from ..feeds import check_output, export
+        from ..storage.feeds import check_output, export
 
         check_output(args.output)
         check_output(args.items, "--items")
@@ -84,9 +84,9 @@ def confirm(question: str) -> bool:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from ..cliopts import locate, parse_settings, parse_spider_args
-    from ..trypage import PageError, try_page
     from ..urls import check_seeds
+    from .options import locate, parse_settings, parse_spider_args
+    from .trypage import PageError, try_page
 
     try:
         check_seeds([args.url])
@@ -113,7 +113,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..monitor import list_rows, plain_list, render_list
+    from ..monitor.watch import list_rows, plain_list, render_list
 
     with services(args):
         rows = list_rows()

@@ -14,19 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..services import quiet_private_broker
+from ..local.services import quiet_private_broker
 from ..settings import ENV_BROKER, ENV_REDIS, Settings
 from .commands import existing_crawl, services
 from .parser import UsageError
 
 if TYPE_CHECKING:
-    from ..localworkers import ChildWorkers
+    from ..local.workers import ChildWorkers
 
 SUMMARY_FIELDS = ("scheduled", "stored", "failed", "skipped", "duplicates", "filtered", "retried", "pending")
 
 
 def crawl_options(args: argparse.Namespace) -> dict[str, Any]:
-    from ..cliopts import crawl_options as from_args
+    from .options import crawl_options as from_args
 
     return from_args(args)
 
@@ -38,9 +38,9 @@ def summary(stats: dict[str, Any]) -> str:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from ..cliopts import locate, read_seeds
-    from ..feeds import check_output
+    from ..storage.feeds import check_output
     from ..urls import check_seeds
+    from .options import locate, read_seeds
 
     args.urls = [*args.urls, *read_seeds(args.seeds_file)]
     if not args.urls and not args.spider and not args.crawl_id:
@@ -88,7 +88,7 @@ def check_worker_flags(args: argparse.Namespace) -> None:
 def run_to_completion(args: argparse.Namespace, begin) -> int:
     """Start the services and (unless --no-worker) the local workers, run begin(), wait, summarize, export."""
     with services(args, wait=False) as (settings, embedded):
-        from ..celeryapp import app, use_broker
+        from ..worker.app import app, use_broker
 
         if getattr(args, "fetch_concurrency", None):
             settings.fetch_concurrency = args.fetch_concurrency
@@ -112,8 +112,8 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
                 from ..web.server import for_crawl
 
                 dashboard = for_crawl(crawl.rt, crawl.id, args.web_port)
-            from ..localworkers import WorkersGone
-            from ..progress import CrawlProgress
+            from ..local.workers import WorkersGone
+            from ..monitor.progress import CrawlProgress
 
             try:
                 with CrawlProgress(quiet=args.quiet) as progress:
@@ -121,7 +121,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
             except (KeyboardInterrupt, WorkersGone):
                 interrupted(args, crawl, bool(embedded))
                 raise
-            from ..notify import settle
+            from ..monitor.notify import settle
 
             settle(crawl.rt, crawl.id)  # its finish webhook is out before the workers that send it stop
             # Finished: the workers wind down while the results are written. A private broker holds
@@ -131,7 +131,7 @@ def run_to_completion(args: argparse.Namespace, begin) -> int:
                 children.check()  # a death reported after the last look
             stopping = threading.Thread(target=stop_workers, args=(children, bool(embedded)), name="stop-workers")
             stopping.start()
-            from ..summary import finish
+            from ..monitor.summary import finish
 
             out = sys.stderr if args.output == "-" else sys.stdout  # stdout carries the feed then
             print(summary(crawl.stats()), file=out)
@@ -151,7 +151,7 @@ def wait_through_outages(crawl, progress, settings: Settings) -> None:
     ``outage_limit()`` seconds (the workers ride it out by themselves)."""
     import redis
 
-    from ..health import Problem, ServiceDown, outage_limit
+    from ..monitor.health import Problem, ServiceDown, outage_limit
     from ..urls import redact
 
     down_since = None
@@ -206,8 +206,8 @@ def start_local_workers(args: argparse.Namespace, app: Any, settings: Settings, 
     """``--workers N`` worker processes beside this command, forked (while this process has no
     thread or connection to copy) through a zygote that replaces one that dies. The command runs no
     task itself: a page that kills its process kills a worker, and the crawl goes on."""
-    from ..embedded import data_dir
-    from ..localworkers import ChildWorkers
+    from ..local.embedded import data_dir
+    from ..local.workers import ChildWorkers
 
     log_dir = data_dir(args.data_dir) if embedded else Path(tempfile.gettempdir())
     return ChildWorkers(app, settings, args.workers, log_dir, concurrency=args.concurrency or 1,

@@ -1,5 +1,5 @@
 """The chart of a crawl's life as inline SVG: stored pages/s and failures/s per bucket of its time
-series (``crawltasks.series``), drawn as steps so a bucket reads as what it is, a count over its
+series (``crawltasks.monitor.series``), drawn as steps so a bucket reads as what it is, a count over its
 width. No JavaScript and no library: the page refreshes it with the rest of its sections.
 """
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from xml.sax.saxutils import escape
 
-from ..series import Bucket
+from ..monitor.series import Bucket
 
 WIDTH, HEIGHT = 920, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 34

@@ -1,7 +1,7 @@
 """What the dashboard shows, read through crawltasks' own APIs (``Crawl``, ``RedisState``,
 ``RedisFrontier``, ``MongoStorage``, ``monitor``), never raw keys. Every function here blocks on
 Redis or Mongo: the handlers run them on threads. Numbers are those ``crawltasks stats`` prints
-(``Crawl.stats``), plus rates from the crawl's time series (``crawltasks.series``).
+(``Crawl.stats``), plus rates from the crawl's time series (``crawltasks.monitor.series``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..crawl import Crawl
-from ..monitor import crawl_hosts, failure_counts, host_states
-from ..progress import eta_seconds
+from ..monitor.progress import eta_seconds
+from ..monitor.series import WIDTH, Bucket, Window, clip, life
+from ..monitor.watch import crawl_hosts, failure_counts, host_states
 from ..runtime import Runtime
-from ..series import WIDTH, Bucket, Window, clip, life
 from ..states import ENDED, CrawlState
-from ..store import ITEMS, PAGES
+from ..storage.mongo import ITEMS, PAGES
 from ..urls import host_key, redact
 
 NOW_WINDOW = 30.0  # seconds behind "pages/s now"

@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..crawl import Crawl
-from ..progress import human_seconds
+from ..monitor.progress import human_seconds
 from ..reasons import RECORDED_SKIPS
 from . import data
 from .chart import svg

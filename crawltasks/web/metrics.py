@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..crawl import Crawl
-from ..monitor import crawl_hosts, failure_counts, host_states
+from ..monitor.watch import crawl_hosts, failure_counts, host_states
 from ..reasons import RECORDED_SKIPS
 from ..runtime import Runtime
 from ..states import CrawlState

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from tornado import escape, web
 
-from ..flowerguard import is_loopback
+from ..monitor.flowerguard import is_loopback
 
 ENV_AUTH = "CRAWLTASKS_WEB_AUTH"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

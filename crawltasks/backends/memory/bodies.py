@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ...keys import Keys
+from ..redis.keys import Keys
 
 
 class MemoryBodies:

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...hostqueues import (
+from ...frontier.queues import (
     DUPLICATE,
     NEW,
     OVER_HOST_CAP,

@@ -1,4 +1,4 @@
-"""The shared per-host gate in memory: the twin of ``RedisGate``, the Lua of ``crawltasks.lua``
+"""The shared per-host gate in memory: the twin of ``RedisGate``, the Lua of ``crawltasks.backends.redis.lua``
 (ACQUIRE_HOST, HOST_FEEDBACK, HOST_STARTED, LATE_START) step by step in Python, in milliseconds as there.
 Contract: ``tests/test_gate_contract.py``. Time comes from ``clock`` (seconds), heartbeats from
 ``beats`` (owner -> the clock's time of its last beat: the twin of ``Keys.workers``)."""

@@ -1,5 +1,5 @@
 """The crawl registry in memory: the twin of ``RedisState`` (the ``CrawlRegistry`` port), the Lua of
-``crawltasks.lua`` (FINISH, CONTROL, REDRIVE, RETIRE, REOPEN) step by step in Python under one lock,
+``crawltasks.backends.redis.lua`` (FINISH, CONTROL, REDRIVE, RETIRE, REOPEN) step by step in Python under one lock,
 which stands for a script's atomicity. Contract: ``tests/test_registry_contract.py``.
 
 Where it differs, on purpose: the Bloom filter is an exact set (no false positives; its size is
@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...bloom import BloomParams
 from ...ports import SeenFilter
-from ...redisstate import COUNTERS, HOLD, OUTCOMES, PRUNE_BATCH, SUMMARY_FACTOR
 from ...settings import retention_option
 from ...states import CrawlState
+from ..redis.bloom import BloomParams
+from ..redis.registry import COUNTERS, HOLD, OUTCOMES, PRUNE_BATCH, SUMMARY_FACTOR
 from .frontier import MemoryFrontier
 
 

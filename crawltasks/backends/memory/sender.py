@@ -12,11 +12,11 @@ from typing import Any
 
 from kombu.serialization import dumps, loads
 
-from ...celeryapp import celeryconfig
-from ...hostqueues import Entry, decode
+from ...frontier.queues import Entry, decode
 from ...models import Fetched, Request
 from ...ports import Sender
-from ...sending import batch_args, batch_label, results_args, results_label
+from ...worker.app import celeryconfig
+from ...worker.sending import batch_args, batch_label, results_args, results_label
 
 FETCH, PARSE, STORE = "crawltasks.fetch", "crawltasks.parse", "crawltasks.store"
 

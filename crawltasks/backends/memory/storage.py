@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ...store import FAILURES, ITEMS, PAGES, _public, doc_id
+from ...storage.mongo import FAILURES, ITEMS, PAGES, _public, doc_id
 
 Doc = dict[str, Any]
 

@@ -27,7 +27,7 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 from urllib3 import HTTPHeaderDict, HTTPResponse
 
-from ...transport import cut_at_deadline, sending
+from ...http.transport import cut_at_deadline, sending
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 Body = bytes | Iterable[bytes]

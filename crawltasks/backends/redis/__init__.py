@@ -1,1 +1,1 @@
-"""The ports' implementations in Redis, shared by every worker (the frontier is ``redisfrontier.py``)."""
+"""The ports' implementations in Redis, shared by every worker (the frontier is ``frontier.py``)."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import lz4.frame
 import redis
 
-from ...keys import Keys
+from .keys import Keys
 
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 

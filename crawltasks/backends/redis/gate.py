@@ -1,5 +1,5 @@
 """The shared per-host gate in Redis (the ``HostGate`` port of ``crawltasks.ports``; its twin:
-``backends.memory.gate``). Each step is one Lua script of ``crawltasks.lua`` (ACQUIRE_HOST,
+``backends.memory.gate``). Each step is one Lua script of ``crawltasks.backends.redis.lua`` (ACQUIRE_HOST,
 HOST_FEEDBACK, HOST_STARTED, LATE_START), so every worker of every machine sees one gate; times are Redis' clock.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import redis
 
-from ... import lua
-from ...keys import Keys
 from ...ports import Grant, HostGate, HostLoad, SlotRequest
+from . import lua
+from .keys import Keys
 from .scripts import pipelined, register
 
 _tokens = itertools.count()
