@@ -96,22 +96,17 @@ def _open(rt: Runtime, crawl_id: str, specs: list[Any]) -> Chain:
     return chain
 
 
-def run_items(rt: Runtime, crawl_id: str, spider: Spider, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items that come out of the crawl's chain; drops and failures counted per processor."""
-    if not items:
-        return items
-    chain = chain_for(rt, crawl_id, spider)
-    if not chain.processors:
-        return items
-    fail_fast = rt.options(crawl_id).item_fail_fast
+def run_chain(crawl_id: str, spider: Spider, chain: Chain, items: list[dict[str, Any]],
+              fail_fast: bool) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The items that come out of ``chain``, and the drops and failures per processor to count: the
+    store stage decides with it and counts afterwards (a processor's drop or failure is logged here)."""
     counts: Counter[str] = Counter()
     kept = []
     for item in items:
         out = _through(crawl_id, spider, chain, item, counts, fail_fast)
         if out is not None:
             kept.append(out)
-    rt.state.incr(crawl_id, **counts)
-    return kept
+    return kept, counts
 
 
 def _through(crawl_id: str, spider: Spider, chain: Chain, item: dict[str, Any], counts: Counter[str],

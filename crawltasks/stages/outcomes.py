@@ -42,10 +42,20 @@ class Ending(NamedTuple):
 
 def hook_failed(rt: Runtime, crawl_id: str, hook: str, url: str | None, exc: Exception) -> str:
     """Log and count (``hook_errors``) a hook's exception; returns the message its record carries."""
-    message = f"{hook}: {type(exc).__name__}: {exc}"
-    logs.event("hook.error", logging.WARNING, crawl_id=crawl_id, url=url, hook=hook, message=message)
+    message = hook_message(hook, exc)
+    log_hook_error(crawl_id, hook, url, message)
     rt.state.incr(crawl_id, hook_errors=1)
     return message
+
+
+def hook_message(hook: str, exc: Exception) -> str:
+    """What the record of a request whose hook raised says (a stage that decides first keeps it)."""
+    return f"{hook}: {type(exc).__name__}: {exc}"
+
+
+def log_hook_error(crawl_id: str, hook: str, url: str | None, message: str) -> None:
+    """The log line of a hook's exception; the caller counts it (``hook_errors``)."""
+    logs.event("hook.error", logging.WARNING, crawl_id=crawl_id, url=url, hook=hook, message=message)
 
 
 def spider_missing(rt: Runtime, crawl_id: str, exc: SpiderNotFound, requests: int) -> str:
