@@ -5,7 +5,8 @@ parsing.parse_stage  <- [Fetched] (the engine's message, through ``Sender.send_r
                      -> ``models.Parsed`` (pages, items, tickets, records, skipped, body keys); follow-ups
                         scheduled
 storing.store_stage  <- ``Parsed`` -> bulk writes (one document per key), then the tickets are finished
-                        in Redis (and completion may fire)
+                        in Redis (and completion may fire); what to write and finish is decided first
+                        (storedecision.decide_store -> ``StoreDecision``)
 
 Between stages the messages travel as JSON (``to_dict``/``from_dict``; the tasks unpack them).
 
