@@ -17,6 +17,7 @@ from ..frontier.schedule import backoff, bloom_of
 from ..models import Fetched, Request
 from ..reasons import Reason
 from ..runtime import Runtime
+from ..settings import CrawlOptions
 
 FLUSH_AFTER = 0.1  # seconds a finished request waits for others of its crawl before they go to parse
 
@@ -65,24 +66,23 @@ class Outbox:
         self.add(crawl_id, Fetched(request=req, error=reason, message=message, fetched_at=now_iso()), count)
 
     def sort(self, crawl_id: str, req: Request, result: Fetched, body: bytes | None) -> None:
-        """A fetched request: on to parse, or back to the frontier to be tried again later."""
+        """A fetched request: on to parse, or back to the frontier to be tried again later (``settle``
+        decides; a redirect's new URL is claimed first, as that answer is the frontier's)."""
         options, box = self.rt.options(crawl_id), self.box(crawl_id)
-        if result.ok:
-            box.counts["fetched"] += 1
-            state = self.rt.state
-            if result.fp != req.fp and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)):
-                result = replace(result, error=Reason.DUPLICATE_REDIRECT,
-                                 message=f"redirected to {result.url}, already seen")
-            elif body is not None:
-                box.bodies[req.ticket] = body
-        elif result.transient and req.attempt < options.max_retries:
-            countdown = backoff(req.attempt, options, result.retry_after)
-            logs.request_retry(crawl_id, req.url, result.error, req.attempt + 1, countdown)
-            box.counts["retried"] += 1
-            retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
-            self.rt.frontier.give_back(crawl_id, [retry], countdown)
+        state = self.rt.state
+        duplicate = (result.ok and result.fp != req.fp
+                     and not state.claim_seen(crawl_id, result.fp, bloom_of(state, crawl_id, options)))
+        settled = settle(req, result, body, options, duplicate=duplicate)
+        if settled.count:
+            box.counts[settled.count] += 1
+        if settled.retry is not None:
+            logs.request_retry(crawl_id, req.url, result.error, settled.retry.attempt, settled.countdown)
+            self.rt.frontier.give_back(crawl_id, [settled.retry], settled.countdown)
             return
-        box.results.append(result)
+        assert settled.result is not None
+        if settled.body is not None:
+            box.bodies[req.ticket] = settled.body
+        box.results.append(settled.result)
         box.fetched_leases.append(req.lease)
 
     def due(self) -> list[float]:
@@ -110,3 +110,32 @@ class Outbox:
             if results:
                 self.sender.send_results(crawl_id, results)
             self.boxes[crawl_id] = CrawlBox()
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a fetched request turns into, decided before the outbox acts on it: a ``result`` for
+    parse (with its ``body`` to park, if any), or a ``retry`` for the frontier in ``countdown``
+    seconds; ``count`` names the counter it adds to."""
+
+    result: Fetched | None = None
+    body: bytes | None = None
+    retry: Request | None = None
+    countdown: float = 0.0
+    count: str | None = None
+
+
+def settle(req: Request, result: Fetched, body: bytes | None, options: CrawlOptions, *,
+           duplicate: bool = False) -> Settled:
+    """Where a fetched request goes: a page on to parse (a redirect to a URL already seen,
+    ``duplicate``, ends without its body), a transient failure back to the frontier while it has
+    retries left, any other failure on to parse to be recorded. Its arguments are left as they are."""
+    if result.ok and duplicate:
+        message = f"redirected to {result.url}, already seen"
+        return Settled(result=replace(result, error=Reason.DUPLICATE_REDIRECT, message=message), count="fetched")
+    if result.ok:
+        return Settled(result=result, body=body, count="fetched")
+    if result.transient and req.attempt < options.max_retries:
+        retry = Request.from_dict({**req.to_dict(), "attempt": req.attempt + 1})
+        return Settled(retry=retry, countdown=backoff(req.attempt, options, result.retry_after), count="retried")
+    return Settled(result=result)
