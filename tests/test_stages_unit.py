@@ -1,13 +1,14 @@
 """The stages decide, then act: what the spider makes of a page is returned (``parse_page`` ->
-``PageMade``), and what the fetch engine hands on is a new ``Fetched``, never the one it was given.
-No service, milliseconds."""
+``PageMade``), where a fetched request goes is returned (``settle`` -> ``Settled``), and what the
+fetch engine hands on is a new ``Fetched``, never the one it was given. No service, milliseconds.
+The store stage's decision: tests/test_storing_unit.py."""
 
 from __future__ import annotations
 
 from crawltasks.models import Fetched, Request
 from crawltasks.settings import CrawlOptions
 from crawltasks.spiders import Response, Spider
-from crawltasks.stages.outbox import Outbox
+from crawltasks.stages.outbox import Outbox, Settled, settle
 from crawltasks.stages.parsing import PageMade, parse_page
 from crawltasks.urls import canonicalize, fingerprint
 
@@ -80,3 +81,28 @@ def test_the_outbox_hands_on_new_results_and_leaves_the_given_ones_alone():
     outbox.flush(now=0.0, everything=True)
     [sent] = rt.sender.fetched()
     assert sent.body_key and given.to_dict() == before and given.body_key is None
+
+
+def test_a_fetched_page_goes_on_to_parse_with_its_body():
+    f = fetched("/", PAGE)
+    assert settle(f.request, f, PAGE, CrawlOptions()) == Settled(result=f, body=PAGE, count="fetched")
+
+
+def test_a_redirect_to_a_page_already_seen_goes_on_without_its_body_and_leaves_the_given_result_alone():
+    f = fetched("/", PAGE)
+    before = f.to_dict()
+    settled = settle(f.request, f, PAGE, CrawlOptions(), duplicate=True)
+    assert settled.result is not None and settled.result.error == "duplicate_redirect"
+    assert (settled.body, settled.count, f.to_dict()) == (None, "fetched", before)
+
+
+def test_a_transient_failure_is_tried_again_while_it_has_retries_left():
+    req = fetched("/", PAGE).request
+    busy = Fetched(request=req, status=503, error="http_503", transient=True)
+    before = req.to_dict()
+    settled = settle(req, busy, None, CrawlOptions(max_retries=1, retry_base=1.0, retry_cap=10.0))
+    assert settled.result is None and settled.retry is not None and settled.count == "retried"
+    assert (settled.retry.url, settled.retry.attempt, req.to_dict()) == (req.url, 1, before)
+    assert 0.8 <= settled.countdown <= 1.2
+    last = settle(settled.retry, busy, None, CrawlOptions(max_retries=1))
+    assert last == Settled(result=busy), "out of retries: on to parse, recorded failed"
