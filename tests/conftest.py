@@ -25,6 +25,23 @@ REDIS_HOST = os.environ.get("CRAWLTASKS_TEST_REDIS", "redis://127.0.0.1:6379")
 SESSION_KEY = "crawltasks-test-session"  # which test session owns a database (its pid)
 FREE_DBS = range(13, 3, -1)  # databases a test session may take, when CRAWLTASKS_TEST_REDIS_DB names none
 
+# The real-stack tests, marked ``stack`` (``pytest -m "not stack"`` is the quick loop: stages, policies,
+# twins and the contract suites): every test with a real Celery worker, and the files whose tests start
+# the command, kill or cut off processes, restart services, or drive a broker or a browser.
+STACK_FIXTURES = {"worker"}
+STACK_FILES = {
+    "test_bench.py", "test_bench_broad.py", "test_broker_restart.py", "test_cli.py", "test_cli_more.py",
+    "test_crash.py", "test_docker.py", "test_fleet.py", "test_flower.py", "test_interrupt.py",
+    "test_netns_fleet.py", "test_outage.py", "test_poison.py", "test_rabbitmq.py", "test_readme.py",
+    "test_services_down.py", "test_web.py", "test_web_controls.py", "test_web_docker.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in STACK_FILES or STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
+
 
 def _owner_alive(client: redis.Redis) -> bool:
     owner = client.get(SESSION_KEY)
