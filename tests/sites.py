@@ -8,6 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crawltasks.runtime import Runtime
 
 FAST = dict(host_delay=0.0, host_concurrency=8, retry_base=0.05, retry_cap=0.5, timeout=5.0)
 """Crawl options for local fixture sites: politeness lifted explicitly, retries quick."""
@@ -168,3 +172,57 @@ def _fill_port(route: Route, port: int) -> Route:
         code, headers, body = route(server, path)
         return code, headers, body.replace(b"{port}", str(port).encode())
     return filled
+
+
+class TwinSite(SiteServer):
+    """The same routes and log as a ``SiteServer``, answered in memory through a ``MockTransport``
+    (``transport``) instead of a socket: for crawls on a twin runtime. Its address is never listened on."""
+
+    def __init__(self, routes: dict[str, Route] | None = None, host: str = "127.0.0.1", port: int = 8080) -> None:
+        from crawltasks.backends.memory.transport import MockTransport
+
+        self.routes = dict(routes or {})
+        self.hits, self.counts = [], {}
+        self.current = threading.local()
+        self._lock = threading.Lock()
+        self.port, self.base = port, f"http://{host}:{port}"
+        self.transport = MockTransport(self._answer)
+
+    def _answer(self, prepared) -> tuple[int, dict[str, str], bytes]:
+        """One request, as the server's handler takes it: logged, routed, answered as HTML by default."""
+        parts = prepared.path_url
+        body = prepared.body or b""
+        hit = Hit(parts, time.monotonic(), headers={k.lower(): v for k, v in prepared.headers.items()},
+                  method=prepared.method, body=body.encode() if isinstance(body, str) else body, client="127.0.0.1")
+        with self._lock:
+            self.hits.append(hit)
+            self.counts[parts] = self.counts.get(parts, 0) + 1
+        self.current.hit = hit
+        route = self.routes.get(parts) or self.routes.get(parts.split("?")[0])
+        status, headers, content = route(self, parts) if route else (404, {}, b"not found")
+        hit.ended = time.monotonic()
+        return status, {"Content-Type": "text/html; charset=utf-8", **headers}, content
+
+    def start(self) -> TwinSite:
+        return self
+
+    def stop(self) -> None:
+        """Nothing listens."""
+
+
+def twin_site(routes: dict[str, Route], host: str = "127.0.0.1") -> TwinSite:
+    """``serve`` for a twin runtime: the same routes ('{port}' filled in), answered in memory."""
+    site = TwinSite(host=host)
+    for path, route in routes.items():
+        site.routes[path] = _fill_port(route, site.port)
+    return site
+
+
+def on_twins(site: TwinSite, **settings: object) -> Runtime:
+    """A twin runtime whose transport is ``site`` (spiders of tests.spiders known by name)."""
+    from crawltasks.backends.memory.runtime import NOWHERE, twin_runtime
+    from crawltasks.settings import Settings
+
+    given = {"redis_url": NOWHERE, "mongo_url": NOWHERE, "spider_modules": ["tests.spiders"],
+             "fetch_concurrency": 64, **settings}
+    return twin_runtime(site.transport, settings=Settings(**given))
