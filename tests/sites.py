@@ -210,19 +210,36 @@ class TwinSite(SiteServer):
         """Nothing listens."""
 
 
-def twin_site(routes: dict[str, Route], host: str = "127.0.0.1") -> TwinSite:
-    """``serve`` for a twin runtime: the same routes ('{port}' filled in), answered in memory."""
-    site = TwinSite(host=host)
+def twin_site(routes: dict[str, Route], host: str = "127.0.0.1", port: int = 8080) -> TwinSite:
+    """``serve`` for a twin runtime: the same routes ('{port}' filled in), answered in memory. Sites
+    one runtime serves together (``on_twins(a, b)``) need addresses of their own: give each a port."""
+    site = TwinSite(host=host, port=port)
     for path, route in routes.items():
         site.routes[path] = _fill_port(route, site.port)
     return site
 
 
-def on_twins(site: TwinSite, **settings: object) -> Runtime:
-    """A twin runtime whose transport is ``site`` (spiders of tests.spiders known by name)."""
+def on_twins(site: TwinSite, *more: TwinSite, **settings: object) -> Runtime:
+    """A twin runtime whose transport is ``site`` (spiders of tests.spiders known by name); with
+    ``more`` sites, each request goes to the site of its address (host and port)."""
+    from urllib.parse import urlsplit
+
     from crawltasks.backends.memory.runtime import NOWHERE, twin_runtime
+    from crawltasks.backends.memory.transport import MockTransport
     from crawltasks.settings import Settings
 
+    transport = site.transport
+    if more:
+        by_address = {urlsplit(s.base).netloc: s for s in (site, *more)}
+        assert len(by_address) == 1 + len(more), "sites served together need addresses of their own"
+
+        def answer(prepared):
+            found = by_address.get(urlsplit(prepared.url).netloc)
+            if found is None:  # nothing listens there
+                import requests
+                raise requests.ConnectionError(f"no twin site at {prepared.url}")
+            return found._answer(prepared)
+        transport = MockTransport(answer)
     given = {"redis_url": NOWHERE, "mongo_url": NOWHERE, "spider_modules": ["tests.spiders"],
              "fetch_concurrency": 64, **settings}
-    return twin_runtime(site.transport, settings=Settings(**given))
+    return twin_runtime(transport, settings=Settings(**given))

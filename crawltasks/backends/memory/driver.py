@@ -11,6 +11,7 @@ runtime's transport (a ``MockTransport``). Completion is the crawl's own counter
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ...crawl import Crawl
 from ...frontier.dispatcher import Dispatcher
@@ -38,6 +39,16 @@ class TwinDriver:
             self.step(min(1.0, deadline - time.monotonic()))
         self.deliver()  # what the last store left behind (nothing, unless a hook sent more)
         return crawl.wait(timeout=0)
+
+    def run_until(self, done: Callable[[], bool], timeout: float = 30.0) -> bool:
+        """Drive until ``done()`` holds (True) or ``timeout`` seconds pass (False): what a test
+        awaits of a running crawl (so many pages stored, a fetch that must not come)."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() >= deadline:
+                return False
+            self.step(min(0.05, max(deadline - time.monotonic(), 0.001)))
+        return True
 
     def step(self, most: float = 1.0) -> None:
         """Deliver what was sent; if nothing was, dispatch a round, then wait (up to the round's
