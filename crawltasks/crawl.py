@@ -231,7 +231,7 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
         requests += [Request(url=s) for url in origins.values() for s in robots.sitemaps(url)]
     if rest is not None or opts.feed:  # more seeds to come: not finished between two of them
         hold(rt, crawl_id, "feed" if opts.feed else "seeds")
-    schedule(state, rt.frontier, crawl_id, requests, opts)
+    schedule(state, rt.frontier, crawl_id, requests, opts, rt.caches.known)
     state.check_finished(crawl_id)
     crawl = Crawl(crawl_id, rt)
     if rest is not None:

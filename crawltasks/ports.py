@@ -274,7 +274,7 @@ class CrawlRegistry(Protocol):
 
     Left out, Redis-only (monitoring reads): ``series``, ``recent``, ``now``, ``host_done``,
     ``crawl_hosts``; also ``retention_of``, and the raw client ``r`` (robots, sessions, revisits,
-    recovery and the crawl's generation still use it).
+    and recovery still use it; the twin's is ``backends.memory.raw.MemoryRedis``).
     """
 
     # the registry
@@ -397,6 +397,11 @@ class CrawlRegistry(Protocol):
         ...
 
     def states_of(self, crawl_ids: Sequence[str]) -> list[str]:
+        ...
+
+    def state_and_generation(self, crawl_id: str) -> tuple[str, str]:
+        """Its state and generation ("" each when unset; a crawl rebuilt after its state was lost has
+        a new generation, and with it a new seen-set in each process's ``KnownSeen``)."""
         ...
 
     def finished_times(self, crawl_ids: Sequence[str]) -> list[float | None]:

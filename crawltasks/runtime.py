@@ -63,7 +63,8 @@ class Runtime:
     _bodies: BodyStore | None = None  # a twin may be put here (tests)
     _gate: HostGate | None = None
     _sender: Sender | None = None
-    _heartbeat: Heartbeat | None = None
+    _heartbeat: Heartbeat | None = None  # a twin may be put here (tests), with one of the fleet:
+    _fleet: Fleet | None = None
     _transport: Transport | None = None  # a twin may be put here (tests)
     caches: ProcessCaches = field(default_factory=ProcessCaches)  # robots rules, cookie jars, item chains, ...
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.stages.engine)
@@ -115,7 +116,8 @@ class Runtime:
         return self._transport or self._once("_transport", PooledTransport)
 
     def fleet(self) -> Fleet:
-        return Fleet(self.state.r)
+        """What every worker's heartbeat says (read anew each call)."""
+        return self._fleet or Fleet(self.state.r)
 
     @property
     def storage(self) -> MongoStorage:

@@ -8,6 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crawltasks.runtime import Runtime
 
 FAST = dict(host_delay=0.0, host_concurrency=8, retry_base=0.05, retry_cap=0.5, timeout=5.0)
 """Crawl options for local fixture sites: politeness lifted explicitly, retries quick."""
@@ -168,3 +172,74 @@ def _fill_port(route: Route, port: int) -> Route:
         code, headers, body = route(server, path)
         return code, headers, body.replace(b"{port}", str(port).encode())
     return filled
+
+
+class TwinSite(SiteServer):
+    """The same routes and log as a ``SiteServer``, answered in memory through a ``MockTransport``
+    (``transport``) instead of a socket: for crawls on a twin runtime. Its address is never listened on."""
+
+    def __init__(self, routes: dict[str, Route] | None = None, host: str = "127.0.0.1", port: int = 8080) -> None:
+        from crawltasks.backends.memory.transport import MockTransport
+
+        self.routes = dict(routes or {})
+        self.hits, self.counts = [], {}
+        self.current = threading.local()
+        self._lock = threading.Lock()
+        self.port, self.base = port, f"http://{host}:{port}"
+        self.transport = MockTransport(self._answer)
+
+    def _answer(self, prepared) -> tuple[int, dict[str, str], bytes]:
+        """One request, as the server's handler takes it: logged, routed, answered as HTML by default."""
+        parts = prepared.path_url
+        body = prepared.body or b""
+        hit = Hit(parts, time.monotonic(), headers={k.lower(): v for k, v in prepared.headers.items()},
+                  method=prepared.method, body=body.encode() if isinstance(body, str) else body, client="127.0.0.1")
+        with self._lock:
+            self.hits.append(hit)
+            self.counts[parts] = self.counts.get(parts, 0) + 1
+        self.current.hit = hit
+        route = self.routes.get(parts) or self.routes.get(parts.split("?")[0])
+        status, headers, content = route(self, parts) if route else (404, {}, b"not found")
+        hit.ended = time.monotonic()
+        return status, {"Content-Type": "text/html; charset=utf-8", **headers}, content
+
+    def start(self) -> TwinSite:
+        return self
+
+    def stop(self) -> None:
+        """Nothing listens."""
+
+
+def twin_site(routes: dict[str, Route], host: str = "127.0.0.1", port: int = 8080) -> TwinSite:
+    """``serve`` for a twin runtime: the same routes ('{port}' filled in), answered in memory. Sites
+    one runtime serves together (``on_twins(a, b)``) need addresses of their own: give each a port."""
+    site = TwinSite(host=host, port=port)
+    for path, route in routes.items():
+        site.routes[path] = _fill_port(route, site.port)
+    return site
+
+
+def on_twins(site: TwinSite, *more: TwinSite, **settings: object) -> Runtime:
+    """A twin runtime whose transport is ``site`` (spiders of tests.spiders known by name); with
+    ``more`` sites, each request goes to the site of its address (host and port)."""
+    from urllib.parse import urlsplit
+
+    from crawltasks.backends.memory.runtime import NOWHERE, twin_runtime
+    from crawltasks.backends.memory.transport import MockTransport
+    from crawltasks.settings import Settings
+
+    transport = site.transport
+    if more:
+        by_address = {urlsplit(s.base).netloc: s for s in (site, *more)}
+        assert len(by_address) == 1 + len(more), "sites served together need addresses of their own"
+
+        def answer(prepared):
+            found = by_address.get(urlsplit(prepared.url).netloc)
+            if found is None:  # nothing listens there
+                import requests
+                raise requests.ConnectionError(f"no twin site at {prepared.url}")
+            return found._answer(prepared)
+        transport = MockTransport(answer)
+    given = {"redis_url": NOWHERE, "mongo_url": NOWHERE, "spider_modules": ["tests.spiders"],
+             "fetch_concurrency": 64, **settings}
+    return twin_runtime(transport, settings=Settings(**given))

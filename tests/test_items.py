@@ -1,11 +1,13 @@
-"""Item processors end to end: the validator and the Redis-backed dedupe filter on a real worker,
-counted per processor in the crawl's stats; a failing processor costs only its item."""
+"""Item processors end to end on the twins (a whole crawl in this process): the validator and the
+dedupe filter (its keys in the registry's raw client), counted per processor in the crawl's stats; a
+failing processor costs only its item."""
 
 from crawltasks import start_crawl
+from crawltasks.backends.memory.driver import run_crawl
 from crawltasks.items import Dedupe, DropItem, Required
 from crawltasks.stages.itempipes import load_processor
 
-from .sites import FAST, page, serve
+from .sites import FAST, on_twins, page, twin_site
 
 
 def products(*rows: tuple[str, str, str]) -> str:
@@ -20,14 +22,15 @@ def shop_routes() -> dict:
     }
 
 
-def test_validator_and_dedupe_filter_counted_per_processor(worker, rt, crawl_id):
-    server = serve(shop_routes())
+def test_validator_and_dedupe_filter_counted_per_processor(crawl_id):
+    server = twin_site(shop_routes())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id,
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id, rt=rt,
                             item_pipelines=[{"class": "crawltasks.items.Dedupe", "fields": ["sku"]}], **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     items = crawl.items()
     assert sorted(i["sku"] for i in items) == ["a", "b", "e"]
     assert all(isinstance(i["price"], float) and i["title"] for i in items)
@@ -39,14 +42,15 @@ def test_validator_and_dedupe_filter_counted_per_processor(worker, rt, crawl_id)
     assert rt.state.r.hlen(f"ct:{{{crawl_id}}}:itemkeys") == 3
 
 
-def test_a_failing_processor_fails_its_item_and_the_crawl_goes_on(worker, rt, crawl_id):
-    server = serve(shop_routes())
+def test_a_failing_processor_fails_its_item_and_the_crawl_goes_on(crawl_id):
+    server = twin_site(shop_routes())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id,
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id, rt=rt,
                             item_pipelines=[{"class": "tests.spiders.Explode", "sku": "b"}], **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     items = crawl.items()
     assert sorted(i["sku"] for i in items) == ["a", "a", "e"]  # the same item on two pages: two documents
     assert all(i["checked"] for i in items)
@@ -55,14 +59,15 @@ def test_a_failing_processor_fails_its_item_and_the_crawl_goes_on(worker, rt, cr
     assert stats["stored"] == 3 and stats["failed"] == 0  # the pages are not the items' failures
 
 
-def test_fail_fast_off_lets_the_item_go_on(worker, rt, crawl_id):
-    server = serve(shop_routes())
+def test_fail_fast_off_lets_the_item_go_on(crawl_id):
+    server = twin_site(shop_routes())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id, item_fail_fast=False,
+        crawl = start_crawl(server.url("/"), spider="test-products", crawl_id=crawl_id, rt=rt, item_fail_fast=False,
                             item_pipelines=[{"class": "tests.spiders.Explode", "sku": "b"}], **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     assert sorted(i["sku"] for i in crawl.items()) == ["a", "a", "b", "b", "e"]
     assert crawl.stats()["items_failed_explode"] == 2
 

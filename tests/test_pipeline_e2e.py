@@ -1,10 +1,25 @@
-"""End to end on real parts: a real worker, the machine's Redis, SecantusDB, a local fixture site."""
+"""End to end on real parts: a real worker, the machine's Redis, SecantusDB, a local fixture site; the
+crawls that only check crawl behaviour (depth, a user spider's items, a crawl run again) on the twins."""
 
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from crawltasks import Crawl, start_crawl
+import pytest
 
-from .sites import FAST, expected_basic_paths
+from crawltasks import Crawl, start_crawl
+from crawltasks.backends.memory.driver import run_crawl
+from crawltasks.runtime import Runtime
+
+from .sites import FAST, TwinSite, basic_site, expected_basic_paths, on_twins, twin_site
+
+
+@pytest.fixture
+def twin_basic() -> Iterator[tuple[Runtime, TwinSite]]:
+    """The basic site answered in memory, and a twin runtime fetching from it."""
+    site = twin_site(basic_site())
+    rt = on_twins(site)
+    yield rt, site
+    rt.close()
 
 
 def path_of(url: str) -> str:
@@ -40,26 +55,30 @@ def test_basic_site_exact_pages_failures_and_counters(worker, rt, basic_server, 
     assert basic_server.counts["/dead"] == 4 and basic_server.counts["/missing"] == 1
 
 
-def test_second_run_of_the_same_crawl_stores_nothing_twice(worker, rt, basic_server, crawl_id):
-    first = start_crawl(basic_server.url("/"), crawl_id=crawl_id, **FAST)
-    assert first.wait(timeout=60)
+def test_second_run_of_the_same_crawl_stores_nothing_twice(twin_basic, crawl_id):
+    rt, basic_server = twin_basic
+    first = start_crawl(basic_server.url("/"), crawl_id=crawl_id, rt=rt, **FAST)
+    assert run_crawl(rt, first, timeout=60)
     before = (first.counts(), basic_server.counts.copy())
-    again = start_crawl(basic_server.url("/"), crawl_id=crawl_id, **FAST)
-    assert again.wait(timeout=30)
+    again = start_crawl(basic_server.url("/"), crawl_id=crawl_id, rt=rt, **FAST)
+    assert run_crawl(rt, again, timeout=30)
     assert again.counts() == before[0]
     assert basic_server.counts == before[1], "a second run fetched pages again"
 
 
-def test_max_depth_zero_fetches_only_the_seed(worker, rt, basic_server, crawl_id):
-    crawl = start_crawl(basic_server.url("/"), crawl_id=crawl_id, max_depth=0, **FAST)
-    assert crawl.wait(timeout=30)
+def test_max_depth_zero_fetches_only_the_seed(twin_basic, crawl_id):
+    rt, basic_server = twin_basic
+    crawl = start_crawl(basic_server.url("/"), crawl_id=crawl_id, rt=rt, max_depth=0, **FAST)
+    assert run_crawl(rt, crawl, timeout=30)
     assert [path_of(p["url"]) for p in crawl.pages()] == ["/"]
     assert crawl.stats()["filtered_depth"] > 0
 
 
-def test_user_spider_items_and_lazy_soup(worker, rt, basic_server, crawl_id):
-    crawl = start_crawl(basic_server.url("/p/0"), spider="test-titles", crawl_id=crawl_id, max_depth=1, **FAST)
-    assert crawl.wait(timeout=30)
+def test_user_spider_items_and_lazy_soup(twin_basic, crawl_id):
+    rt, basic_server = twin_basic
+    crawl = start_crawl(basic_server.url("/p/0"), spider="test-titles", crawl_id=crawl_id, rt=rt, max_depth=1,
+                        **FAST)
+    assert run_crawl(rt, crawl, timeout=30)
     items = crawl.items()
     assert {i["title"] for i in items} == {p["title"] for p in crawl.pages() if p["title"]}
     assert all(i["crawl_id"] == crawl_id and i["url"].startswith(basic_server.base) for i in items)

@@ -390,3 +390,11 @@ def test_the_twin_shares_counters_with_a_memory_frontier_and_ends_its_claims():
     assert frontier.sizes("c").claimed == 2
     assert reg.finish("c", [(f"f{i}", "stored", lease) for i, lease in enumerate(leases)]) == (2, True)
     assert frontier.sizes("c").claimed == 0 and reg.stats("c")["stored"] == 2
+
+
+def test_state_and_generation_are_read_together(side, new_crawl):
+    cid = new_crawl()
+    assert side.reg.state_and_generation(cid) == (RUNNING, "")
+    assert side.reg.control(cid, [RUNNING], PAUSED)
+    assert side.reg.state_and_generation(cid) == (PAUSED, "")
+    assert side.reg.state_and_generation("rc-never") == ("", "")

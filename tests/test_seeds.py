@@ -1,12 +1,14 @@
 """Seeds that keep coming: an endless start_requests() consumed lazily and stopped by max_pages, and
-seeds pushed to a running feed crawl with Crawl.add and `crawltasks add`, until it is closed."""
+seeds pushed to a running feed crawl with Crawl.add and `crawltasks add`, until it is closed. The
+pushed seeds (a command in another process) on a real worker; the rest on the twins."""
 
 import subprocess
 import sys
 
 from crawltasks import start_crawl
+from crawltasks.backends.memory.driver import TwinDriver, run_crawl
 
-from .sites import FAST, SiteServer, html, serve
+from .sites import FAST, SiteServer, html, on_twins, serve, twin_site
 from .spiders import EndlessSpider
 from .workers import ROOT, wait_for, worker_env
 
@@ -19,15 +21,16 @@ def numbered_site() -> dict:
     return {f"/n/{i}": numbered for i in range(2000)} | {f"/s/{i}": numbered for i in range(10)}
 
 
-def test_an_endless_generator_is_stopped_by_max_pages(worker, rt, crawl_id):
-    server = serve(numbered_site())
+def test_an_endless_generator_is_stopped_by_max_pages(crawl_id):
+    server = twin_site(numbered_site())
+    rt = on_twins(server)
     try:
         EndlessSpider.base = server.base
-        crawl = start_crawl(spider="test-endless", crawl_id=crawl_id, max_pages=300, **FAST)
-        assert crawl.wait(timeout=90), crawl.stats()
+        crawl = start_crawl(spider="test-endless", crawl_id=crawl_id, max_pages=300, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=90), crawl.stats()
         assert not crawl.feeder.alive
     finally:
-        server.stop()
+        rt.close()
     stats = crawl.stats()
     assert stats["state"] == "finished" and stats["scheduled"] == 300 and stats["stored"] == 300
     assert len(crawl.pages()) == 300
@@ -55,13 +58,16 @@ def test_seeds_pushed_to_a_running_feed_crawl(worker, rt, settings, crawl_id):
     assert crawl.stats()["state"] == "finished"
 
 
-def test_a_cancelled_feed_crawl_finishes(worker, rt, crawl_id):
-    server = serve(numbered_site())
+def test_a_cancelled_feed_crawl_finishes(crawl_id):
+    server = twin_site(numbered_site())
+    rt = on_twins(server)
+    driver = TwinDriver(rt)
     try:
-        crawl = start_crawl(server.url("/s/0"), crawl_id=crawl_id, feed=True, **FAST)
-        assert wait_for(lambda: crawl.stats()["stored"] == 1, timeout=30)
+        crawl = start_crawl(server.url("/s/0"), crawl_id=crawl_id, feed=True, rt=rt, **FAST)
+        assert driver.run_until(lambda: crawl.stats()["stored"] == 1, timeout=30)
         crawl.cancel()
-        assert crawl.wait(timeout=30)
+        assert driver.run(crawl, timeout=30)
     finally:
-        server.stop()
+        driver.close()
+        rt.close()
     assert crawl.stats()["state"] == "cancelled"

@@ -1,12 +1,14 @@
 """Sessions end to end: a login that sets a cookie, pages that answer 403 without it, a cookie
-scoped to a path; the jar is the crawl's, in Redis, shared by every fetch of the crawl."""
+scoped to a path; the jar is the crawl's, in Redis (on the twins: the registry's raw client), shared
+by every fetch of the crawl. Whole crawls in this process, the site in memory."""
 
 from urllib.parse import urlsplit
 
 from crawltasks import start_crawl
+from crawltasks.backends.memory.driver import run_crawl
 from crawltasks.http.sessions import SharedJar
 
-from .sites import FAST, SiteServer, html, serve
+from .sites import FAST, SiteServer, html, on_twins, twin_site
 
 SESSION = "s3cr3t-session"
 
@@ -45,13 +47,14 @@ def cookies_sent(server: SiteServer, path: str) -> list[str]:
     return [h.headers.get("cookie", "") for h in server.hits if h.path == path]
 
 
-def test_a_login_cookie_reaches_the_next_requests(worker, rt, crawl_id):
-    server = serve(site())
+def test_a_login_cookie_reaches_the_next_requests(crawl_id):
+    server = twin_site(site())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/login?user=alice"), spider="test-session", crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/login?user=alice"), spider="test-session", crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     assert crawl.failures() == []
     paths = {urlsplit(p["url"]).path for p in crawl.pages()}
     assert paths == {"/account", "/orders/1", "/orders/2", "/members/home", "/members/deep", "/after"}
@@ -62,34 +65,37 @@ def test_a_login_cookie_reaches_the_next_requests(worker, rt, crawl_id):
     assert {c.name for c in jar} == {"session", "area"}
 
 
-def test_the_crawl_option_turns_the_jar_on_for_the_default_spider(worker, rt, crawl_id):
-    server = serve(site())
+def test_the_crawl_option_turns_the_jar_on_for_the_default_spider(crawl_id):
+    server = twin_site(site())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/login?user=alice"), crawl_id=crawl_id, cookies=True, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/login?user=alice"), crawl_id=crawl_id, cookies=True, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     assert crawl.failures() == [] and crawl.stats()["stored"] == 6
 
 
-def test_the_default_site_spider_keeps_no_cookies(worker, rt, crawl_id):
-    server = serve(site())
+def test_the_default_site_spider_keeps_no_cookies(crawl_id):
+    server = twin_site(site())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/login?user=alice"), crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/login?user=alice"), crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
     finally:
-        server.stop()
+        rt.close()
     assert [f["reason"] for f in crawl.failures()] == ["http_403"]  # /login -> /account, without the cookie
-    assert not rt.state.r.exists(f"ct:{{{crawl_id}}}:cookies")
+    assert not rt.state.r.hlen(f"ct:{{{crawl_id}}}:cookies")  # no jar: a hash with no field does not exist
 
 
-def test_jars_of_two_crawls_are_apart(worker, rt, crawl_id):
-    server = serve(site())
+def test_jars_of_two_crawls_are_apart(crawl_id):
+    server = twin_site(site())
+    rt = on_twins(server)
     try:
-        first = start_crawl(server.url("/login?user=alice"), spider="test-session", crawl_id=crawl_id, **FAST)
-        assert first.wait(timeout=60)
-        other = start_crawl(server.url("/account"), spider="test-session", crawl_id=crawl_id + "-b", **FAST)
-        assert other.wait(timeout=60)
+        first = start_crawl(server.url("/login?user=alice"), spider="test-session", crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, first, timeout=60)
+        other = start_crawl(server.url("/account"), spider="test-session", crawl_id=crawl_id + "-b", rt=rt, **FAST)
+        assert run_crawl(rt, other, timeout=60)
     finally:
-        server.stop()
+        rt.close()
     assert [f["reason"] for f in other.failures()] == ["http_403"]

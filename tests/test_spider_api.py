@@ -1,4 +1,5 @@
-"""The Scrapy-style spider API end to end, on a real worker and local sites: callbacks and errbacks,
+"""The Scrapy-style spider API end to end, on the twins (a whole crawl in this process, sites in memory)
+and, for the re-crawl and the README's example, on a real worker and local sites: callbacks and errbacks,
 POST bodies in the fingerprint, a login form, JSON pagination, depth by default, css/xpath, a 304
 on re-crawl, and the README's spider example run as it is written."""
 
@@ -11,10 +12,11 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 from crawltasks import Request, Spider, start_crawl
+from crawltasks.backends.memory.driver import run_crawl
 from crawltasks.models import Request as ModelRequest
 from crawltasks.spiders import SPIDERS
 
-from .sites import FAST, SiteServer, html, page, serve
+from .sites import FAST, SiteServer, html, on_twins, page, serve, twin_site
 from .test_pipeline_e2e import path_of
 
 
@@ -138,14 +140,15 @@ def test_requests_carry_bodies_and_callbacks_as_json():
         assert ModelRequest.from_dict(json.loads(json.dumps(r.to_dict()))) == r
 
 
-def test_json_api_pagination_through_callbacks(worker, rt, crawl_id):
-    server = serve({"/": page("Home"),
+def test_json_api_pagination_through_callbacks(crawl_id):
+    server = twin_site({"/": page("Home"),
                     "/api/items": lambda s, p: (200, {"Content-Type": "application/json"}, json.dumps(
                         {"items": [f"{p[-1]}a", f"{p[-1]}b"], "next": None if p.endswith("3")
                          else f"/api/items?page={int(p[-1]) + 1}"}).encode())})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider=ApiSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/"), spider=ApiSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         items = crawl.items()
         assert sorted(i["id"] for i in items) == ["1a", "1b", "2a", "2b", "3a", "3b"]
         assert all(i["status"] == 200 and i["type"] == "application/json" for i in items)
@@ -153,25 +156,27 @@ def test_json_api_pagination_through_callbacks(worker, rt, crawl_id):
         assert depths == {"/": 0, "/api/items?page=1": 1, "/api/items?page=2": 2, "/api/items?page=3": 3}
         assert all(p["content_hash"] and p["title"] is None for p in crawl.pages() if "api" in p["url"])
     finally:
-        server.stop()
+        rt.close()
 
 
-def test_parse_types_send_json_to_parse(worker, rt, crawl_id):
-    server = serve({"/": page("Home", ["/count.json"]), "/count.json": json_route({"total": 7})})
+def test_parse_types_send_json_to_parse(crawl_id):
+    server = twin_site({"/": page("Home", ["/count.json"]), "/count.json": json_route({"total": 7})})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider=TypesSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/"), spider=TypesSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         assert [i["total"] for i in crawl.items()] == [7]
     finally:
-        server.stop()
+        rt.close()
 
 
-def test_callbacks_errbacks_css_and_xpath(worker, rt, crawl_id):
+def test_callbacks_errbacks_css_and_xpath(crawl_id):
     detail = page("Detail", extra='<h1 class="title">The detail</h1><p data-x="42">p</p><ul><li>a</li><li>b</li></ul>')
-    server = serve({"/": page("Home"), "/detail": detail, "/fallback": detail})
+    server = twin_site({"/": page("Home"), "/detail": detail, "/fallback": detail})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider=ErrbackSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/"), spider=ErrbackSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         items = crawl.items()
         errors = [i for i in items if i["kind"] == "error"]
         assert errors == [{**errors[0], "reason": "http_404", "status": 404, "k": "v"}]
@@ -185,21 +190,22 @@ def test_callbacks_errbacks_css_and_xpath(worker, rt, crawl_id):
         by_path = {path_of(p["url"]): p for p in crawl.pages()}
         assert by_path["/fallback"]["depth"] == 2 and by_path["/fallback"]["referer"].endswith("/gone")
     finally:
-        server.stop()
+        rt.close()
 
 
-def test_handle_statuses_parses_error_pages(worker, rt, crawl_id):
-    server = serve({"/": page("Home", ["/nope"])})
+def test_handle_statuses_parses_error_pages(crawl_id):
+    server = twin_site({"/": page("Home", ["/nope"])})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/nope"), spider=NotFoundPagesSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/nope"), spider=NotFoundPagesSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         assert [(i["status"], i["text"]) for i in crawl.items()] == [(404, "not found")]
         assert [p["status"] for p in crawl.pages()] == [404] and crawl.failures() == []
     finally:
-        server.stop()
+        rt.close()
 
 
-def test_posts_with_different_bodies_are_two_requests(worker, rt, crawl_id):
+def test_posts_with_different_bodies_are_two_requests(crawl_id):
     seen: list[tuple[str, str, str]] = []
 
     def search(s: SiteServer, path: str):
@@ -207,17 +213,18 @@ def test_posts_with_different_bodies_are_two_requests(worker, rt, crawl_id):
         seen.append((method(s), s.current.hit.headers.get("content-type"), body))
         return 200, {}, html(f"results for {body}", extra=f"<h1>{body}</h1>")
 
-    server = serve({"/": page("Home"), "/search": search})
+    server = twin_site({"/": page("Home"), "/search": search})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/"), spider=PostSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/"), spider=PostSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         assert sorted(seen) == [("POST", "application/json", '{"q":"gamma"}'),
                                 ("POST", "application/x-www-form-urlencoded", "q=alpha"),
                                 ("POST", "application/x-www-form-urlencoded", "q=beta")]
         assert sorted(i["result"] for i in crawl.items()) == ['q=alpha', 'q=beta', '{"q":"gamma"}']
         assert crawl.stats()["duplicates"] >= 1 and len(crawl.pages()) == 4
     finally:
-        server.stop()
+        rt.close()
 
 
 def login_routes(user: str = "ada", password: str = "pw") -> dict:
@@ -237,30 +244,33 @@ def login_routes(user: str = "ada", password: str = "pw") -> dict:
     return {"/login": login, "/account": account}
 
 
-def test_login_form_post(worker, rt, crawl_id):
-    server = serve(login_routes())
+def test_login_form_post(crawl_id):
+    server = twin_site(login_routes())
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/login"), spider=LoginSpider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/login"), spider=LoginSpider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         assert sorted(map(json.dumps, ({k: v for k, v in i.items() if k in ("welcome", "account")}
                                        for i in crawl.items()))) == [
             json.dumps({"account": "ada's account"}), json.dumps({"welcome": "Welcome, ada"})]
         assert crawl.failures() == []
     finally:
-        server.stop()
+        rt.close()
 
 
-def test_requests_without_depth_stop_at_max_depth(worker, rt, crawl_id):
-    server = serve({f"/d/{i}": page(f"D{i}", [f"/d/{i + 1}"]) for i in range(6)})
+def test_requests_without_depth_stop_at_max_depth(crawl_id):
+    server = twin_site({f"/d/{i}": page(f"D{i}", [f"/d/{i + 1}"]) for i in range(6)})
+    rt = on_twins(server)
     try:
-        crawl = start_crawl(server.url("/d/0"), spider=PlainRequestSpider, crawl_id=crawl_id, max_depth=2, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
+        crawl = start_crawl(server.url("/d/0"), spider=PlainRequestSpider, crawl_id=crawl_id, rt=rt, max_depth=2,
+                            **FAST)
+        assert run_crawl(rt, crawl, timeout=60), crawl.stats()
         by_path = {path_of(p["url"]): p for p in crawl.pages()}
         assert {p: d["depth"] for p, d in by_path.items()} == {"/d/0": 0, "/d/1": 1, "/d/2": 2}
         assert by_path["/d/2"]["referer"].endswith("/d/1")
         assert crawl.stats()["filtered_depth"] == 1 and "/d/3" not in server.counts
     finally:
-        server.stop()
+        rt.close()
 
 
 def test_recrawl_sends_validators_and_a_304_keeps_the_page(worker, rt, crawl_id):

@@ -1,5 +1,5 @@
 """A spider's faults cost only the requests they touch: hooks and parse that raise, a spider the worker
-cannot load. Real worker, the machine's Redis, SecantusDB, a fixture site on 127.0.0.1."""
+cannot load. On the twins: a whole crawl in this process, the fixture site in memory."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawltasks import start_crawl
+from crawltasks.backends.memory.driver import run_crawl
 from crawltasks.spiders import Spider, SpiderNotFound, resolve_spider
 
-from .sites import FAST, page, serve
+from .sites import FAST, on_twins, page, twin_site
 
 FAULTY = ["/bad-after-response", "/bad-parse", "/bad-before-store", "/bad-item", "/bad-after-store"]
 GOOD = ["/", "/a", "/b", "/c"]
@@ -26,16 +27,17 @@ def paths(docs) -> dict[str, dict]:
 def faulty_site():
     routes = {"/": page("Home", [*FAULTY, "/a", "/b", "/c"])}
     routes.update({p: page(p.strip("/").title()) for p in [*FAULTY, "/a", "/b", "/c"]})
-    server = serve(routes)
-    yield server
-    server.stop()
+    yield twin_site(routes)
 
 
-def test_hook_and_parse_errors_fail_their_own_request_and_the_crawl_finishes(worker, rt, faulty_site, crawl_id,
-                                                                          caplog):
+def test_hook_and_parse_errors_fail_their_own_request_and_the_crawl_finishes(faulty_site, crawl_id, caplog):
     caplog.set_level(logging.WARNING, logger="crawltasks.events")
-    crawl = start_crawl(faulty_site.url("/"), spider="test-faulty", crawl_id=crawl_id, batch_size=16, **FAST)
-    assert crawl.wait(timeout=60), f"a hook's exception stalled the crawl: {crawl.stats()}"
+    rt = on_twins(faulty_site)
+    crawl = start_crawl(faulty_site.url("/"), spider="test-faulty", crawl_id=crawl_id, batch_size=16, rt=rt, **FAST)
+    try:
+        assert run_crawl(rt, crawl, timeout=60), f"a hook's exception stalled the crawl: {crawl.stats()}"
+    finally:
+        rt.close()
 
     failures = paths(crawl.failures())
     assert {p: f["reason"] for p, f in failures.items()} == {
@@ -68,12 +70,13 @@ def _unimportable() -> type[Spider]:
 
 @pytest.mark.parametrize(("spider", "message"), [(_unimportable(), "cannot import spider"),
                                                  ("test-broken-init", "SPIDER_API_KEY is not set")])
-def test_a_spider_the_worker_cannot_load_fails_every_seed_at_once(worker, rt, crawl_id, spider, message):
-    server = serve({"/": page("Home", ["/a"]), "/a": page("A"), "/b": page("B")})
+def test_a_spider_the_worker_cannot_load_fails_every_seed_at_once(crawl_id, spider, message):
+    server = twin_site({"/": page("Home", ["/a"]), "/a": page("A"), "/b": page("B")})
+    rt = on_twins(server)
     try:
         seeds = [server.url("/"), server.url("/a"), server.url("/b")]
-        crawl = start_crawl(seeds, spider=spider, crawl_id=crawl_id, **FAST)
-        assert crawl.wait(timeout=30), f"requests of a missing spider were not ended: {crawl.stats()}"
+        crawl = start_crawl(seeds, spider=spider, crawl_id=crawl_id, rt=rt, **FAST)
+        assert run_crawl(rt, crawl, timeout=30), f"requests of a missing spider were not ended: {crawl.stats()}"
         failures = crawl.failures()
         assert sorted(f["url"] for f in failures) == sorted(seeds)
         assert {f["reason"] for f in failures} == {"spider_not_found"}
@@ -82,7 +85,7 @@ def test_a_spider_the_worker_cannot_load_fails_every_seed_at_once(worker, rt, cr
         assert (stats["state"], stats["failed"], stats["stored"], stats["pending"]) == ("finished", 3, 0, 0)
         assert server.hits == [], "requests of a spider nobody can run were fetched"
     finally:
-        server.stop()
+        rt.close()
 
 
 def test_a_spider_module_that_fails_to_import_is_a_missing_spider(tmp_path, monkeypatch):

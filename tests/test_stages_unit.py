@@ -5,6 +5,7 @@ The store stage's decision: tests/test_storing_unit.py."""
 
 from __future__ import annotations
 
+from crawltasks.backends.memory.runtime import twin_runtime
 from crawltasks.models import Fetched, Request
 from crawltasks.settings import CrawlOptions
 from crawltasks.spiders import Response, Spider
@@ -12,7 +13,7 @@ from crawltasks.stages.outbox import Outbox, Settled, settle
 from crawltasks.stages.parsing import PageMade, parse_page
 from crawltasks.urls import canonicalize, fingerprint
 
-from .test_outbox import TwinRuntime, taken
+from .test_outbox import taken
 
 PAGE = (b"<html><head><title>Shop</title></head><body><a href='/a'>a</a><a href='/b'>b</a>"
         b"<p>" + b"words " * 50 + b"</p></body></html>")
@@ -72,8 +73,8 @@ def test_a_sitemap_is_followed_without_the_spider():
 
 
 def test_the_outbox_hands_on_new_results_and_leaves_the_given_ones_alone():
-    rt = TwinRuntime(options_of={"c": CrawlOptions(batch_size=10)})
-    outbox = Outbox(rt)  # type: ignore[arg-type]
+    rt = twin_runtime(options={"c": CrawlOptions(batch_size=10)})
+    outbox = Outbox(rt)
     [req] = taken(rt, "/ok")
     given = Fetched(request=req, status=200, url=req.url, fp=req.fp, fetched_at="t")
     before = given.to_dict()

@@ -85,7 +85,7 @@ class Dispatcher:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt, self.send = rt, rt.sender.send_batch
-        self._hold_lock = rt.state.r.register_script(_HOLD_LOCK)
+        self._hold_lock: Callable[..., int] | None = None  # registered when first taken: ``step`` needs none
         self._stop = threading.Event()
         self._turn = 0
         self._thread = threading.Thread(target=self._run, name="crawltasks-dispatcher", daemon=True)
@@ -104,6 +104,8 @@ class Dispatcher:
             pass
 
     def leading(self) -> bool:
+        if self._hold_lock is None:
+            self._hold_lock = self.rt.state.r.register_script(_HOLD_LOCK)
         return bool(self._hold_lock(keys=[Keys.dispatcher], args=[self.rt.heartbeat.id, LOCK_TTL_MS]))
 
     def _run(self) -> None:

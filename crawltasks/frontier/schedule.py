@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from ..backends.redis.bloom import BloomFilter
 from ..backends.redis.frontier import RedisFrontier
-from ..backends.redis.keys import Keys
 from ..backends.redis.registry import RedisState
 from ..models import Request
 from ..settings import CrawlOptions
@@ -33,8 +32,6 @@ from ..urls import (
 )
 from .politeness import host_policy
 from .queues import DUPLICATE, NEW, Caps
-
-GENERATION = "generation"  # meta field: when the crawl was rebuilt after its Redis state was lost (recovery)
 
 
 @dataclass
@@ -104,7 +101,7 @@ def _known(known: KnownSeen | None) -> KnownSeen:
 def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
                  options: CrawlOptions, known: KnownSeen | None = None) -> list[Request]:
     """``schedule``, returning the requests that were new (the parse stage keeps them with their page)."""
-    status, generation = (v.decode() if v else "" for v in state.r.hmget(Keys.meta(crawl_id), "state", GENERATION))
+    status, generation = state.state_and_generation(crawl_id)
     if status in STOPPING:
         return []
     key = f"{crawl_id}@{generation}"  # a crawl rebuilt after its Redis state was lost has a new seen-set

@@ -57,7 +57,7 @@ def add(rt: Runtime, crawl_id: str, seeds: Iterable[str | Request]) -> int:
     requests = [s if isinstance(s, Request) else Request(url=s) for s in seeds]
     if rt.state.is_finished(crawl_id) and requests:
         rt.state.reopen(crawl_id)
-    new = schedule(rt.state, rt.frontier, crawl_id, requests, rt.options(crawl_id))
+    new = schedule(rt.state, rt.frontier, crawl_id, requests, rt.options(crawl_id), rt.caches.known)
     rt.state.check_finished(crawl_id)
     return new
 
@@ -91,7 +91,8 @@ class Feeder:
                     continue
                 chunk = list(itertools.islice(self.rest, CHUNK))
                 if chunk:
-                    schedule(self.rt.state, self.rt.frontier, self.crawl_id, chunk, self.rt.options(self.crawl_id))
+                    schedule(self.rt.state, self.rt.frontier, self.crawl_id, chunk, self.rt.options(self.crawl_id),
+                             self.rt.caches.known)
                     self.fed += len(chunk)
                 if len(chunk) < CHUNK:
                     break

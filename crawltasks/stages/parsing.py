@@ -166,7 +166,8 @@ class _Parse:
         """Count, schedule what the pages follow, and hand the output on to the store stage."""
         self.rt.state.incr(self.crawl_id, parsed=self.parsed, items=len(self.out.items))
         if self.follow:
-            fresh = schedule_new(self.rt.state, self.rt.frontier, self.crawl_id, self.follow, self.options)
+            fresh = schedule_new(self.rt.state, self.rt.frontier, self.crawl_id, self.follow, self.options,
+                                 self.rt.caches.known)
             attach_discovered(self.out, self.origins, fresh)
         return self.out
 

@@ -41,8 +41,9 @@ from typing import Any
 
 from .. import logs
 from ..backends.redis.keys import Keys
+from ..backends.redis.registry import GENERATION
 from ..frontier.queues import PRIORITY_CODES, PRIORITY_NAMES, decode, encode
-from ..frontier.schedule import GENERATION, bloom_of, enqueue
+from ..frontier.schedule import bloom_of, enqueue
 from ..models import Parsed, Request
 from ..runtime import Runtime
 from ..settings import CrawlOptions

@@ -40,9 +40,9 @@ OUTAGE_RETRY = dict(autoretry_for=OUTAGES, retry_backoff=2, retry_backoff_max=60
 _engine_lock = threading.Lock()
 
 
-def engine() -> Any:
-    """This process's fetch engine, started with the first fetch task that reaches it."""
-    rt = runtime.current()
+def engine(rt: runtime.Runtime | None = None) -> Any:
+    """The process's fetch engine, started with the first fetch task that reaches it."""
+    rt = rt or runtime.current()
     if rt.engine is None:
         with _engine_lock:
             if rt.engine is None:
@@ -52,25 +52,41 @@ def engine() -> Any:
     return rt.engine
 
 
+# --- what each task does, on a given runtime (the tasks give this process's; tests give twins) -----
+def fetch_batch(rt: runtime.Runtime, crawl_id: str, priority: str, batch: list[list[str]]) -> int:
+    """Admit a dispatched batch into the runtime's fetch engine; how many requests it fetches."""
+    requests = [decode(entry, priority, lease) for lease, entry in batch]
+    to_fetch, decided = admit_stage(rt, crawl_id, requests)
+    if to_fetch or decided:
+        engine(rt).admit(crawl_id, to_fetch, decided)
+    return len(to_fetch)
+
+
+def parse_results(rt: runtime.Runtime, fetched: dict) -> dict:
+    """A parse task's work: its message in, the store task's message out (JSON-safe dicts both)."""
+    results = [Fetched.from_dict(f) for f in fetched["results"]]
+    return parse_stage(rt, fetched["crawl_id"], results).to_dict()
+
+
+def store_parsed(rt: runtime.Runtime, parsed: dict) -> bool:
+    """A store task's work; True if the crawl just finished."""
+    message = Parsed.from_dict(parsed)
+    return store_stage(rt, message.crawl_id, message)
+
+
 @app.task(name="crawltasks.fetch", bind=True, **OUTAGE_RETRY)
 def fetch(self, crawl_id: str, priority: str, batch: list[list[str]]) -> int:
-    requests = [decode(entry, priority, lease) for lease, entry in batch]
-    to_fetch, decided = admit_stage(runtime.current(), crawl_id, requests)
-    if to_fetch or decided:
-        engine().admit(crawl_id, to_fetch, decided)
-    return len(to_fetch)
+    return fetch_batch(runtime.current(), crawl_id, priority, batch)
 
 
 @app.task(name="crawltasks.parse", bind=True, **OUTAGE_RETRY)
 def parse(self, fetched: dict) -> dict:
-    results = [Fetched.from_dict(f) for f in fetched["results"]]
-    return parse_stage(runtime.current(), fetched["crawl_id"], results).to_dict()
+    return parse_results(runtime.current(), fetched)
 
 
 @app.task(name="crawltasks.store", bind=True, **OUTAGE_RETRY)
 def store(self, parsed: dict) -> bool:
-    message = Parsed.from_dict(parsed)
-    return store_stage(runtime.current(), message.crawl_id, message)
+    return store_parsed(runtime.current(), parsed)
 
 
 # --- the services of a worker ---------------------------------------------------------------------

@@ -3,11 +3,14 @@ policy in milliseconds. Both pass the same contract tests (``tests/test_hostqueu
 
 from __future__ import annotations
 
+import functools
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ...frontier.queues import (
     DUPLICATE,
@@ -22,7 +25,10 @@ from ...frontier.queues import (
     encode,
 )
 from ...models import PRIORITIES, Request
+from ...ports import SeenFilter
 from ...urls import host_key
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
@@ -34,9 +40,18 @@ class _Claim:
     hot: bool = False
 
 
+def _atomic(method: F) -> F:
+    """One call at a time, as each Redis script runs alone (the fetch engine's thread calls in too)."""
+    @functools.wraps(method)
+    def locked(self: MemoryFrontier, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked  # type: ignore[return-value]
+
+
 class MemoryFrontier:
     """The frontier of one process, in memory: the twin of ``RedisFrontier`` for tests. Time comes
-    from ``clock`` (seconds), so a test moves it by hand."""
+    from ``clock`` (seconds), so a test moves it by hand. Each public call is atomic."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -50,6 +65,7 @@ class MemoryFrontier:
         self.limits: dict[tuple[str, str], HostPolicy] = {}
         self.claims: dict[str, dict[str, _Claim]] = {}
         self._seq = 0
+        self._lock = threading.RLock()
 
     def count(self, crawl_id: str, name: str, n: int) -> None:
         stats = self.counters.setdefault(crawl_id, {})
@@ -58,31 +74,49 @@ class MemoryFrontier:
     def _queue(self, crawl_id: str, host: str) -> dict[str, deque[Request]]:
         return self.queues.setdefault((crawl_id, host), {p: deque() for p in PRIORITIES})
 
-    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None) -> list[int]:
+    @_atomic
+    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None,
+            bloom: SeenFilter | None = None, counted: bool = False) -> list[int]:
+        """As ``RedisFrontier.add``: with ``bloom`` (a registry's ``SeenFilter``) the filter is the
+        seen-set; ``counted`` queues requests that are pending already."""
         caps = caps or Caps()
         seen = self.seen.setdefault(crawl_id, set())
         per_host = self.host_counts.setdefault(crawl_id, {})
         verdicts = []
         for req in requests:
-            host = host_key(req.url)
-            scheduled = self.counters.get(crawl_id, {}).get("scheduled", 0)
-            if not req.dont_filter and req.fp in seen:
-                verdict = DUPLICATE
-            elif caps.max_pages and scheduled >= caps.max_pages:
-                verdict = OVER_MAX_PAGES
-            elif caps.max_per_host and per_host.get(host, 0) >= caps.max_per_host:
-                verdict = OVER_HOST_CAP
-            else:
-                verdict = NEW
-                seen.add(req.fp)
-                per_host[host] = per_host.get(host, 0) + 1
-                self.count(crawl_id, "scheduled", 1)
-                self.count(crawl_id, "pending", 1)
+            verdict = NEW if counted else self._verdict(crawl_id, req, caps, seen, bloom)
+            if verdict == NEW:
+                host = host_key(req.url)
+                if not counted:
+                    self._mark_seen(req.fp, seen, bloom)
+                    per_host[host] = per_host.get(host, 0) + 1
+                    self.count(crawl_id, "scheduled", 1)
+                    self.count(crawl_id, "pending", 1)
                 self._push(crawl_id, host, req, front=False)
-            if verdict == DUPLICATE:
+            elif verdict == DUPLICATE:
                 self.count(crawl_id, "duplicates", 1)
+            else:
+                self.count(crawl_id, "filtered", 1)
+                self.count(crawl_id, "filtered_max_pages" if verdict == OVER_MAX_PAGES
+                           else "filtered_max_pages_per_host", 1)
             verdicts.append(verdict)
         return verdicts
+
+    def _verdict(self, crawl_id: str, req: Request, caps: Caps, seen: set[str], bloom: SeenFilter | None) -> int:
+        if not req.dont_filter and (bloom.contains([req.fp])[0] if bloom is not None else req.fp in seen):
+            return DUPLICATE
+        if caps.max_pages and self.counters.get(crawl_id, {}).get("scheduled", 0) >= caps.max_pages:
+            return OVER_MAX_PAGES
+        if caps.max_per_host and self.host_counts[crawl_id].get(host_key(req.url), 0) >= caps.max_per_host:
+            return OVER_HOST_CAP
+        return NEW
+
+    @staticmethod
+    def _mark_seen(fp: str, seen: set[str], bloom: SeenFilter | None) -> None:
+        if bloom is not None:
+            bloom.add(fp)
+        else:
+            seen.add(fp)
 
     def _push(self, crawl_id: str, host: str, req: Request, front: bool) -> None:
         queue = self._queue(crawl_id, host)[req.priority]
@@ -91,6 +125,7 @@ class MemoryFrontier:
         ready = self.ready.setdefault(crawl_id, {})
         ready.setdefault(host, max(self.next_at.get((crawl_id, host), 0.0), self.clock()))
 
+    @_atomic
     def take(self, crawl_id: str, limit: int, policy: HostPolicy, high_only: bool = False,
              lead: float = 0.0) -> Taken:
         now, out = self.clock(), Taken()
@@ -131,6 +166,7 @@ class MemoryFrontier:
                 got.append(req)
         return got
 
+    @_atomic
     def claim(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[bool]:
         claims, out = self.claims.get(crawl_id, {}), []
         for lease in leases:
@@ -140,6 +176,7 @@ class MemoryFrontier:
             out.append(c is not None)
         return out
 
+    @_atomic
     def take_up(self, crawl_id: str, leases: Sequence[str], owner: str) -> list[int | None]:
         claims, out = self.claims.get(crawl_id, {}), []
         for lease in leases:
@@ -152,6 +189,7 @@ class MemoryFrontier:
             out.append(c.request.lost)
         return out
 
+    @_atomic
     def mark(self, crawl_id: str, leases: Sequence[str], owner: str, hot: bool) -> None:
         for lease in leases:
             c = self.claims.get(crawl_id, {}).get(lease)
@@ -160,6 +198,7 @@ class MemoryFrontier:
                 if not hot:
                     c.since = self.clock()  # handed on to the next stage now
 
+    @_atomic
     def fetched(self, crawl_id: str, leases: Sequence[str]) -> None:
         for lease in leases:
             c = self.claims.get(crawl_id, {}).get(lease)
@@ -173,6 +212,7 @@ class MemoryFrontier:
         if host in ready:
             ready[host] = max(self.next_at.get((crawl_id, host), 0.0), self.clock())
 
+    @_atomic
     def give_back(self, crawl_id: str, requests: Sequence[Request], hold: float = 0.0) -> None:
         for req in requests:
             c = self.claims.get(crawl_id, {}).pop(req.lease, None)
@@ -189,19 +229,23 @@ class MemoryFrontier:
         until = self.clock() + seconds
         self.next_at[(crawl_id, host)] = max(self.next_at.get((crawl_id, host), 0.0), until)
 
+    @_atomic
     def hold(self, crawl_id: str, host: str, seconds: float) -> None:
         self._hold_next(crawl_id, host, seconds)
         ready = self.ready.get(crawl_id, {})
         if host in ready:
             ready[host] = max(ready[host], self.next_at[(crawl_id, host)])
 
+    @_atomic
     def set_limits(self, crawl_id: str, host: str, policy: HostPolicy) -> None:
         self.limits[(crawl_id, host)] = policy
 
+    @_atomic
     def release(self, crawl_id: str, leases: Sequence[str]) -> None:
         for lease in leases:
             self.claims.get(crawl_id, {}).pop(lease, None)
 
+    @_atomic
     def reclaim(self, crawl_id: str, live: set[str], dispatch_lease: float, lease_time: float,
                 renew_within: float = 0.0, handoff_within: float = 0.0) -> int:
         now, back = self.clock(), []
@@ -216,6 +260,7 @@ class MemoryFrontier:
         self.give_back(crawl_id, back)
         return len(back)
 
+    @_atomic
     def drop_queued(self, crawl_id: str) -> int:
         n = 0
         for host in list(self.ready.get(crawl_id, {})):
@@ -225,11 +270,13 @@ class MemoryFrontier:
         self.count(crawl_id, "pending", -n)
         return n
 
+    @_atomic
     def outstanding(self, crawl_ids: Sequence[str]) -> tuple[int, list[str]]:
         """As ``RedisFrontier.outstanding``."""
         high = [c for c in crawl_ids if any(qs["high"] for (cid, _), qs in self.queues.items() if cid == c)]
         return sum(self.sizes(c).outstanding for c in crawl_ids), high
 
+    @_atomic
     def sizes(self, crawl_id: str) -> Sizes:
         claims = self.claims.get(crawl_id, {}).values()
         queued = sum(len(q) for (c, _), qs in self.queues.items() if c == crawl_id for q in qs.values())

@@ -7,9 +7,9 @@ only checked for agreement, as the bitmap's is); what expires (a retired crawl's
 index, notification marks) is gone when next touched after its time on ``clock`` (wall time by
 default: start and finish times and visits are epoch seconds, as Redis gives them); FINISH's time
 series and per-host counts are not kept (those reads stay Redis-only). Given a ``MemoryFrontier``,
-it shares that frontier's counters, as both write the crawl's stats hash in Redis, and ``finish``
-ends the tickets' claims there; the frontier itself takes no lock, so only the registry's own
-steps are atomic then.
+it shares that frontier's counters and exact seen-sets, as both write the crawl's stats hash and
+seen-set in Redis, and ``finish`` ends the tickets' claims there; the frontier itself takes no
+lock, so only the registry's own steps are atomic then.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from ...ports import SeenFilter
 from ...settings import retention_option
 from ...states import CrawlState
 from ..redis.bloom import BloomParams
-from ..redis.registry import COUNTERS, HOLD, OUTCOMES, PRUNE_BATCH, SUMMARY_FACTOR
+from ..redis.registry import COUNTERS, GENERATION, HOLD, OUTCOMES, PRUNE_BATCH, SUMMARY_FACTOR
 from .frontier import MemoryFrontier
+from .raw import MemoryRedis
 
 
 @dataclass
@@ -95,6 +96,7 @@ class MemoryRegistry:
         self._visited_until: dict[str, float] = {}
         self._marks: dict[tuple[str, str], tuple[str, float]] = {}  # (crawl, event) -> (value, until)
         self._lock = threading.RLock()
+        self.r = MemoryRedis(clock)  # the raw client's leftovers (robots, sessions, revisits), as ``RedisState.r``
 
     def _crawl(self, crawl_id: str) -> _Crawl:
         """The crawl's keys as Redis would show them now: those past their expiry are gone."""
@@ -105,7 +107,14 @@ class MemoryRegistry:
             self._counters.pop(crawl_id, None)
         elif c.working_until is not None and now >= c.working_until:
             c.outcomes, c.seen, c.bloom, c.bloom_params, c.working_until = {}, set(), set(), None, None
+            if self.frontier is not None:
+                self.frontier.seen.pop(crawl_id, None)
         return c
+
+    def _seen(self, crawl_id: str) -> set[str]:
+        """The crawl's exact seen-set: the frontier's, when the registry shares one (one key in Redis)."""
+        c = self._crawl(crawl_id)
+        return c.seen if self.frontier is None else self.frontier.seen.setdefault(crawl_id, set())
 
     def _count(self, crawl_id: str, **counts: int) -> None:
         stats = self._counters.setdefault(crawl_id, {})
@@ -228,14 +237,14 @@ class MemoryRegistry:
     # --- dedupe -----------------------------------------------------------------------------------
     def seen_already(self, crawl_id: str, fps: Sequence[str]) -> list[bool]:
         with self._lock:
-            seen = self._crawl(crawl_id).seen
+            seen = self._seen(crawl_id)
             return [fp in seen for fp in fps]
 
     def claim_seen(self, crawl_id: str, fp: str, bloom: SeenFilter | None = None) -> bool:
         if bloom is not None:
             return bloom.add(fp)
         with self._lock:
-            seen = self._crawl(crawl_id).seen
+            seen = self._seen(crawl_id)
             new = fp not in seen
             seen.add(fp)
             return new
@@ -367,6 +376,11 @@ class MemoryRegistry:
     def states_of(self, crawl_ids: Sequence[str]) -> list[str]:
         return [self.state_of(c) for c in crawl_ids]
 
+    def state_and_generation(self, crawl_id: str) -> tuple[str, str]:
+        with self._lock:
+            meta = self._crawl(crawl_id).meta
+            return str(meta.get("state", "")), str(meta.get(GENERATION, ""))
+
     def finished_times(self, crawl_ids: Sequence[str]) -> list[float | None]:
         with self._lock:
             stamps = [self._crawl(c).meta.get("finished_at") for c in crawl_ids]
@@ -377,6 +391,8 @@ class MemoryRegistry:
         with self._lock:
             self._crawls.pop(crawl_id, None)
             self._counters.pop(crawl_id, None)
+            if self.frontier is not None:
+                self.frontier.seen.pop(crawl_id, None)
             self._started.pop(crawl_id, None)
             self._active.discard(crawl_id)
             for key in [k for k in self._marks if k[0] == crawl_id]:

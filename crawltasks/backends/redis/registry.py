@@ -33,6 +33,7 @@ COUNTERS = (
     "duplicates", "filtered", "retried", "items", "reclaimed", "redriven",
 )
 OUTCOMES = ("stored", "failed", "skipped")
+GENERATION = "generation"  # meta field: when the crawl was rebuilt after its Redis state was lost (recovery)
 HOLD = "open"  # the meta field that holds a crawl open while its seeds may come (FINISH reads it)
 
 
@@ -322,6 +323,11 @@ class RedisState:
     def state_of(self, crawl_id: str) -> str:
         value = self.r.hget(Keys.meta(crawl_id), "state")
         return value.decode() if value else ""
+
+    def state_and_generation(self, crawl_id: str) -> tuple[str, str]:
+        """Its state and generation in one round trip (scheduling reads both for every batch of links)."""
+        status, generation = self.r.hmget(Keys.meta(crawl_id), "state", GENERATION)
+        return (status.decode() if status else "", generation.decode() if generation else "")
 
     # --- housekeeping ---------------------------------------------------------------------------
     def delete_crawl(self, crawl_id: str) -> None:
