@@ -181,8 +181,11 @@ class HostGate(Protocol):
     ``exchange``; implementations inherit them."""
 
     def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
-                 owner: str = "", dead_after: float = 10.0) -> list[Grant]:
-        """Give back (host, token) slots, then answer each request in turn, all in one call."""
+                 owner: str = "", dead_after: float = 10.0,
+                 started: Sequence[tuple[str, float]] = ()) -> list[Grant]:
+        """Tell of (host, delay) starts that happened only now (each as ``started``), give back (host,
+        token) slots, then answer each request in turn, all in one call: a start told here holds back
+        every grant of its host from this call on."""
         ...
 
     def feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:

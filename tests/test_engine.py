@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from queue import SimpleQueue
 from types import SimpleNamespace
 
 import pytest
@@ -167,12 +168,14 @@ def test_requests_in_hand_are_renewed_and_a_forgotten_claim_goes_back(rt, engine
 
 # --- a request that reaches the wire late (the gate's twin, the real clock) -----------------------------
 
-def late_start_hook(gate: MemoryGate, host: str, delay: float, late_by: float) -> Callable[[bool], None]:
-    """The hook of a request of ``host`` whose slot was granted ``late_by`` seconds ago (the grant set
-    the host's next start a delay after that), in an engine with the gate's twin."""
+def late_start_hook(gate: MemoryGate, host: str, delay: float, late_by: float,
+                    events: SimpleQueue | None = None) -> Callable[[bool], None]:
+    """The hook of a request of ``host`` whose slot was asked for ``late_by`` seconds ago (the grant set
+    the host's next start a delay after that), in an engine with the gate's twin and ``events`` (what
+    its control thread is told)."""
     granted = time.monotonic() - late_by
     gate.hosts.setdefault(host, _Host()).next_at = round((granted + delay) * 1000)
-    engine = SimpleNamespace(rt=SimpleNamespace(gate=gate))
+    engine = SimpleNamespace(rt=SimpleNamespace(gate=gate), events=events or SimpleQueue())
     return FetchEngine._on_send(engine, host, delay, granted, granted + delay)
 
 
@@ -184,6 +187,17 @@ def test_a_request_on_time_goes_at_once_and_leaves_the_gate_alone():
     hook(False)
     hook(True)
     assert time.monotonic() - started < 0.05 and gate.hosts["a:80"].next_at == next_at
+
+
+def test_a_request_a_little_late_goes_at_once_and_its_start_is_told_through_the_control_thread():
+    gate, events = MemoryGate(), SimpleQueue()
+    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.05, events=events)
+    next_at = gate.hosts["a:80"].next_at
+    started = time.monotonic()
+    hook(False)
+    hook(True)
+    assert time.monotonic() - started < 0.05 and gate.hosts["a:80"].next_at == next_at  # no round trip
+    assert events.get_nowait() == ("started", "a:80", 0.3) and events.empty()
 
 
 def test_a_late_request_waits_for_a_start_granted_after_its_own_then_pushes_the_next_one():

@@ -305,6 +305,19 @@ def test_a_late_start_moves_the_hosts_next_start(side):
     assert 0.25 < side.g.acquire(other, 1, limit=5, delay=0)[1] <= 0.3
 
 
+def test_late_starts_told_in_an_exchange_hold_back_its_own_grants_of_their_hosts(side):
+    late, free = side.host(), side.host()
+    [(held, _, _, _)] = side.g.exchange([], [SlotRequest(late, 1, limit=5, delay=0)])
+    grants = side.g.exchange([(late, held[0])], [SlotRequest(late, 1, limit=5, delay=0),
+                                                  SlotRequest(free, 1, limit=5, delay=0)],
+                             started=[(late, 1.0), (free, 0.0)])  # told first, then given back, then asked
+    assert grants[0].tokens == [] and 0.9 < grants[0].wait <= 1.0
+    assert len(grants[1].tokens) == 1  # no delay: nothing moved
+    assert side.g.view([late])[0].in_flight == 0
+    assert side.g.exchange([], [], started=[(late, 0.5)]) == []  # a start told alone; never earlier
+    assert 0.9 < side.g.view([late])[0].wait <= 1.0
+
+
 def test_a_request_late_to_the_wire_starts_now_when_no_start_was_granted_after_it(side):
     host = side.host()
     [grant] = side.g.exchange([], [SlotRequest(host, 1, limit=2, delay=0.5)])

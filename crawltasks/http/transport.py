@@ -26,6 +26,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
+from . import headers as httpheaders
+
 _local = threading.local()
 POOL_HOSTS = 2048  # hosts whose idle connections a process keeps (a broad crawl talks to many at once)
 POOL_PER_HOST = 64  # idle connections kept per host; more may be open, they are closed when done
@@ -234,6 +236,7 @@ class PooledTransport:
     def __init__(self) -> None:
         # a host above POOL_PER_HOST at once closes its extra connections: expected, not a warning
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        httpheaders.install()  # plain response headers read without the email package
         s = requests.Session()
         s.trust_env = False  # proxies come from the crawl's proxy_provider, not from each call's environment
         s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))

@@ -32,6 +32,7 @@ from ..http import sessions
 from ..http.fetch import fetch_one
 from ..http.robots import DENY, Robots, origin_of
 from ..models import PRIORITIES, Fetched, Request
+from ..ports import HostGate
 from ..reasons import Reason
 from ..runtime import Runtime
 from ..settings import CrawlOptions
@@ -42,7 +43,9 @@ from .outbox import Outbox, now_iso
 log = logging.getLogger("crawltasks")
 
 GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them back in the frontier
-START_SLACK = 0.02  # a request that starts later than this after its slot was granted asks the gate again
+START_SLACK = 0.02  # a request that starts later than this after its slot was asked for is late
+TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told in the control thread's next
+# round trip (long before the host's next grant, a delay after its own); a later one asks the gate itself
 LATE_TRIES = 3  # times a late request asks for its turn again when the process stalls once more
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
@@ -80,6 +83,20 @@ def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions,
     events.put(("done", job, token, outcome))
 
 
+def _take_turn(gate: HostGate, host: str, delay: float, held: list[float]) -> None:
+    """Before the first byte of a late request: wait for its turn if another start of the host was
+    granted after its own (again, up to LATE_TRIES times, when the wait itself ran late). ``held``:
+    when the request may start (here), the host's next start it set (gate), both updated."""
+    for _ in range(LATE_TRIES):
+        asked = time.monotonic()
+        wait, held[1] = gate.late_start(host, delay, held[1])
+        held[0] = asked + wait
+        if wait > 0:
+            time.sleep(wait)
+        if time.monotonic() - held[0] <= START_SLACK:
+            return
+
+
 class FetchEngine:
     """Admits batches, fetches them under the shared gate, and sends their results on."""
 
@@ -95,6 +112,7 @@ class FetchEngine:
         self.gates: dict[str, CrawlGate] = {}
         self.robots: dict[str, Robots] = {}
         self.done_slots: list[tuple[str, str]] = []
+        self.late_starts: list[tuple[str, float]] = []  # (host, delay) of requests that went out late
         self.high_at: dict[str, float] = {}  # host -> when a high-priority request of it last started
         self.crawls_waiting: Counter[str] = Counter()  # crawl -> hosts with requests waiting here
         self.running = 0
@@ -138,6 +156,8 @@ class FetchEngine:
                 self._on_admit(*event[1:])
             elif kind == "done":
                 self._on_done(*event[1:])
+            elif kind == "started":
+                self.late_starts.append(event[1:])
             elif kind == "stop":
                 self._stopping.set()
         now = time.monotonic()
@@ -303,10 +323,11 @@ class FetchEngine:
             asking.append(key)
             asks.append(self._gate(key[0]).slot_request(key[1], min(len(jobs), room)))
             room -= asks[-1].want
-        if not asking and not self.done_slots:
+        if not asking and not self.done_slots and not self.late_starts:
             return
-        replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after())
-        self.done_slots = []
+        asked_at = time.monotonic()  # no slot of this call is granted before: a late start counts from here
+        replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after(), self.late_starts)
+        self.done_slots, self.late_starts = [], []
         granted_at = time.monotonic()
         for key, ask, (tokens, wait_s, backoff_s, next_start) in zip(asking, asks, replies, strict=True):
             self._gate(key[0]).backed_off[key[1]] = backoff_s > 0  # good answers are reported only then
@@ -318,7 +339,7 @@ class FetchEngine:
                     self.flying.add((job.crawl_id, job.request.lease))
                     if job.request.priority == "high":
                         self.high_at[job.host] = granted_at
-                on_send = self._on_send(job.host, ask.delay + backoff_s, granted_at, next_start)
+                on_send = self._on_send(job.host, ask.delay + backoff_s, asked_at, next_start)
                 self.pool.submit(_fetch_job, self.events, job, token, self._options(job.crawl_id),
                                  self._robots(job.crawl_id), on_send)
             if not jobs:
@@ -328,31 +349,28 @@ class FetchEngine:
             else:
                 self.ask_at[key] = now + (max(wait_s, 0.005) if not tokens else 0.0)
 
-    def _on_send(self, host: str, delay: float, granted_at: float, next_start: float) -> Callable[[bool], None]:
-        """What a fetch thread does as its request goes out: when the process was busy and the request
-        reaches the wire late, it asks the gate for its turn again before its first byte is sent (it
-        goes now if no start was granted after its own, else it waits a delay after that one), so the
-        spacing holds where the site sees it, not only where the slot was granted. Once it is out, a
-        stall while it was sending moves the host's next start to a delay from now."""
-        held = [granted_at, next_start]  # when this request may start (here), the next start it set (gate)
+    def _on_send(self, host: str, delay: float, asked_at: float, next_start: float) -> Callable[[bool], None]:
+        """What a fetch thread does as its request goes out, so that the spacing holds where the site
+        sees it, not only where the slot was granted. Lateness counts from ``asked_at``, before the
+        gate was asked (the grant is no earlier; the reply can come much later on a busy process).
+        A request that reaches the wire late by TELL_LATE_WITHIN or more asks the gate for its turn
+        again before its first byte (it goes now if no start was granted after its own, else a delay
+        after that one). Once it is out, a late start moves the host's next start to a delay from now:
+        through the control thread's next round trip when it is a little late (the host's next grant
+        is a delay after its own, far off), else at once."""
+        held = [asked_at, next_start]  # when this request may start (here), the next start it set (gate)
 
         def on_send(done: bool) -> None:
-            if delay <= 0 or time.monotonic() - held[0] <= START_SLACK:
+            late = time.monotonic() - held[0]
+            if delay <= 0 or late <= START_SLACK:
                 return
-            try:
-                if done:
-                    self.rt.gate.started(host, delay)
-                    return
-                for _ in range(LATE_TRIES):
-                    asked = time.monotonic()
-                    wait, held[1] = self.rt.gate.late_start(host, delay, held[1])
-                    held[0] = asked + wait
-                    if wait > 0:
-                        time.sleep(wait)
-                    if time.monotonic() - held[0] <= START_SLACK:
-                        return
-            except redis.RedisError as exc:  # the request is not at fault: it goes on
-                log.warning("could not move %s's next start: %r", host, exc)
+            if done and late < TELL_LATE_WITHIN:
+                self.events.put(("started", host, delay))
+            elif late >= TELL_LATE_WITHIN:
+                try:
+                    self.rt.gate.started(host, delay) if done else _take_turn(self.rt.gate, host, delay, held)
+                except redis.RedisError as exc:  # the request is not at fault: it goes on
+                    log.warning("could not move %s's next start: %r", host, exc)
         return on_send
 
     def _behind_higher(self, key: tuple[str, str], first: Job, best: dict[str, int], now: float) -> bool:

@@ -52,9 +52,12 @@ class MemoryGate(HostGate):
         return h
 
     def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
-                 owner: str = "", dead_after: float = 10.0) -> list[Grant]:
+                 owner: str = "", dead_after: float = 10.0,
+                 started: Sequence[tuple[str, float]] = ()) -> list[Grant]:
         prefix = f"{owner}|" if owner else ""
         with self._lock:
+            for host, delay in started:
+                self._started(host, delay)
             for host, token in release:
                 self.hosts.get(host, _Host()).slots.pop(token, None)
             out = []
@@ -112,12 +115,15 @@ class MemoryGate(HostGate):
             return extra / 1000
 
     def started(self, host: str, delay: float) -> None:
+        with self._lock:
+            self._started(host, delay)
+
+    def _started(self, host: str, delay: float) -> None:
         """HOST_STARTED."""
         if delay > 0:
-            with self._lock:
-                now = self._now()
-                h = self._host(host, now)
-                h.next_at = max(h.next_at, now + int(delay * 1000))
+            now = self._now()
+            h = self._host(host, now)
+            h.next_at = max(h.next_at, now + int(delay * 1000))
 
     def late_start(self, host: str, delay: float, mine: float) -> tuple[float, float]:
         """LATE_START."""

@@ -35,14 +35,19 @@ class RedisGate(HostGate):
             client, lua.ACQUIRE_HOST, lua.HOST_FEEDBACK, lua.HOST_STARTED, lua.LATE_START)
 
     def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
-                 owner: str = "", dead_after: float = 10.0) -> list[Grant]:
-        """See ``HostGate.exchange``: the ZREMs and an ACQUIRE_HOST per request in one pipeline."""
-        if not release and not requests:
+                 owner: str = "", dead_after: float = 10.0,
+                 started: Sequence[tuple[str, float]] = ()) -> list[Grant]:
+        """See ``HostGate.exchange``: a HOST_STARTED per late start, the ZREMs and an ACQUIRE_HOST
+        per request in one pipeline."""
+        started = [(host, delay) for host, delay in started if delay > 0]
+        if not release and not requests and not started:
             return []
         prefix = f"{owner}|" if owner else ""
         asks = [(req, [prefix + _token() for _ in range(max(1, req.want))]) for req in requests]
 
         def build(pipe: redis.client.Pipeline) -> None:
+            for host, delay in started:
+                pipe.evalsha(self._started.sha, 1, Keys.host_next(host), int(delay * 1000))
             for host, token in release:
                 pipe.zrem(Keys.host_slots(host), token)
             for req, tokens in asks:
@@ -50,8 +55,8 @@ class RedisGate(HostGate):
                              Keys.host_backoff(req.host), Keys.workers, req.limit, int(req.delay * 1000),
                              int(req.lease * 1000), int(dead_after * 1000), *tokens)
 
-        replies = pipelined(self.r, build, self._acquire)
-        answers = zip(asks, replies[len(release):], strict=True)
+        replies = pipelined(self.r, build, self._acquire, self._started)
+        answers = zip(asks, replies[len(started) + len(release):], strict=True)
         return [Grant(tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0, int(next_ms) / 1000.0)
                 for (_, tokens), (granted, wait_ms, extra_ms, next_ms) in answers]
 
