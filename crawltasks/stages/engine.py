@@ -21,80 +21,31 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
 
 import redis
 
 from ..frontier.politeness import CrawlGate, host_policy
-from ..http import sessions
-from ..http.fetch import fetch_one
 from ..http.robots import DENY, Robots, origin_of
-from ..models import PRIORITIES, Fetched, Request
-from ..ports import HostGate
+from ..models import Fetched, Request
 from ..reasons import Reason
 from ..runtime import Runtime
 from ..settings import CrawlOptions
 from ..urls import host_key
 from ..worker.liveness import BEAT_EVERY, dead_after
+from .jobs import START_SLACK, Job, fetch_job, rank_of, take_turn
 from .outbox import Outbox, now_iso
 
 log = logging.getLogger("crawltasks")
 
 GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them back in the frontier
-START_SLACK = 0.02  # a request that starts later than this after its slot was asked for is late
 TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told in the control thread's next
 # round trip (long before the host's next grant, a delay after its own); a later one asks the gate itself
-LATE_TRIES = 3  # times a late request asks for its turn again when the process stalls once more
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
 RENEW_EVERY = BEAT_EVERY  # seconds between claiming the requests in hand again (the reclaimer's check)
-
-
-@dataclass
-class Job:
-    """One request in the engine, or the robots.txt download of an origin (``robots``)."""
-
-    crawl_id: str
-    request: Request
-    host: str
-    robots: str | None = None
-
-
-def _rank(job: Job) -> int:
-    """0 for a robots.txt download or a high-priority request, 1 default, 2 low."""
-    return 0 if job.robots is not None else PRIORITIES.index(job.request.priority)
-
-
-def _fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions, robots: Robots,
-               on_send: Callable[[], None]) -> None:
-    """On a pool thread: the HTTP of one job; its outcome goes back to the control thread."""
-    try:
-        if job.robots is not None:
-            outcome: Any = robots.download(job.robots, on_send)
-        else:  # a crawl that keeps cookies: this thread's hops send and keep them (crawltasks.http.sessions)
-            jar = sessions.jar_of(robots.rt, job.crawl_id) if options.cookie_jar else None
-            with sessions.using(jar):
-                outcome = fetch_one(job.request, options, on_send, rt=robots.rt)
-    except BaseException as exc:  # noqa: BLE001 - fetch_one never raises; reported as this job's error
-        outcome = exc
-    events.put(("done", job, token, outcome))
-
-
-def _take_turn(gate: HostGate, host: str, delay: float, held: list[float]) -> None:
-    """Before the first byte of a late request: wait for its turn if another start of the host was
-    granted after its own (again, up to LATE_TRIES times, when the wait itself ran late). ``held``:
-    when the request may start (here), the host's next start it set (gate), both updated."""
-    for _ in range(LATE_TRIES):
-        asked = time.monotonic()
-        wait, held[1] = gate.late_start(host, delay, held[1])
-        held[0] = asked + wait
-        if wait > 0:
-            time.sleep(wait)
-        if time.monotonic() - held[0] <= START_SLACK:
-            return
 
 
 class FetchEngine:
@@ -340,7 +291,7 @@ class FetchEngine:
                     if job.request.priority == "high":
                         self.high_at[job.host] = granted_at
                 on_send = self._on_send(job.host, ask.delay + backoff_s, asked_at, next_start)
-                self.pool.submit(_fetch_job, self.events, job, token, self._options(job.crawl_id),
+                self.pool.submit(fetch_job, self.events, job, token, self._options(job.crawl_id),
                                  self._robots(job.crawl_id), on_send)
             if not jobs:
                 self._drop_queue(key)
@@ -368,7 +319,7 @@ class FetchEngine:
                 self.events.put(("started", host, delay))
             elif late >= TELL_LATE_WITHIN:
                 try:
-                    self.rt.gate.started(host, delay) if done else _take_turn(self.rt.gate, host, delay, held)
+                    self.rt.gate.started(host, delay) if done else take_turn(self.rt.gate, host, delay, held)
                 except redis.RedisError as exc:  # the request is not at fault: it goes on
                     log.warning("could not move %s's next start: %r", host, exc)
         return on_send
@@ -376,7 +327,7 @@ class FetchEngine:
     def _behind_higher(self, key: tuple[str, str], first: Job, best: dict[str, int], now: float) -> bool:
         """True when another crawl's higher-priority requests for the same host go first: they
         wait here, or one started less than HIGH_HOLD ago (more may be on their way)."""
-        rank = _rank(first)
+        rank = rank_of(first)
         if rank > best[key[1]]:
             return True
         held = self.high_at.get(key[1], -HIGH_HOLD) + HIGH_HOLD
@@ -391,7 +342,7 @@ class FetchEngine:
         best: dict[str, int] = {}
         for (_, host), jobs in self.waiting.items():
             if jobs:
-                best[host] = min(best.get(host, 9), _rank(jobs[0]))
+                best[host] = min(best.get(host, 9), rank_of(jobs[0]))
         return best
 
     def _give_back(self, key: tuple[str, str], hold: float) -> None:
