@@ -17,7 +17,7 @@ from .frontier.seeds import add as add_seeds
 from .http.guard import private_seed_hosts
 from .http.robots import Robots, origin_of
 from .models import Request
-from .monitor.health import StateLost, outages, stalled_line
+from .monitor.health import StateLost, stalled_line
 from .runtime import Runtime
 from .settings import CrawlOptions
 from .spiders import SiteSpider, Spider, resolve_spider
@@ -57,7 +57,7 @@ class Crawl:
             out["state"] = CrawlState.LOST  # Redis forgot a crawl MongoDB knows, and it never finished there
         if out["state"] == CrawlState.RUNNING and not self.rt.fleet().read()[0]:
             out["state"] = CrawlState.INTERRUPTED  # nothing works on it: no worker is alive
-        stalled = stalled_line(outages(self.rt.state.r)) if out["state"] == CrawlState.RUNNING else ""
+        stalled = stalled_line(self.rt.outages.current()) if out["state"] == CrawlState.RUNNING else ""
         if stalled:
             out["stalled"] = stalled
         out.update(self.rt.state.stats(self.id))
@@ -226,7 +226,7 @@ def start_crawl(seeds: Seeds = None, *, spider: str | type[Spider] | None = None
     save_record(rt, crawl_id, opts.to_dict(), [r.url for r in requests] if created else saved_seeds(rt, crawl_id))
     logs.crawl_started(crawl_id, [r.url for r in requests], opts.to_dict(), continued=not created)
     if opts.sitemap_from_robots:
-        robots = Robots(state, opts)
+        robots = Robots(opts, rt=rt)
         origins = {origin_of(r.url): r.url for r in requests}
         requests += [Request(url=s) for url in origins.values() for s in robots.sitemaps(url)]
     if rest is not None or opts.feed:  # more seeds to come: not finished between two of them

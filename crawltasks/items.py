@@ -4,7 +4,7 @@ A processor has ``process_item(item, spider)`` returning the item (changed or no
 ``DropItem(reason)`` to leave the item out (counted ``items_dropped_<name>``), any other exception
 fails it (counted ``items_failed_<name>``, logged). ``open(crawl)`` runs once per worker process and
 crawl before its first item, ``close(crawl)`` when the crawl finishes. Two ship here: ``Required``
-(fields present and of a type) and ``Dedupe`` (one item per key across every worker, in Redis).
+(fields present and of a type) and ``Dedupe`` (one item per key across every worker: ``rt.item_keys``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .backends.redis.keys import Keys
 from .errors import Instruction
 
 if TYPE_CHECKING:
     from .crawl import Crawl
+    from .ports import ItemKeys
     from .spiders import Spider
 
 TYPES: dict[str, type | tuple[type, ...]] = {
@@ -91,8 +91,8 @@ class Required(ItemProcessor):
 class Dedupe(ItemProcessor):
     """Keeps the first item of each key (the values of ``fields``) across every worker of the crawl.
 
-    Each key's hash is claimed with HSETNX in the crawl's ``Keys.item_keys`` hash, whose value is
-    the claiming item's own fingerprint: a store batch delivered again (its worker died before it
+    Each key's hash is claimed in the runtime's ``ItemKeys`` (Redis: HSETNX in the crawl's hash) by the
+    claiming item's own fingerprint: a store batch delivered again (its worker died before it
     acknowledged) finds its own claims and stores its items, it does not drop them."""
 
     name = "dedupe"
@@ -101,22 +101,24 @@ class Dedupe(ItemProcessor):
         self.fields = list(fields)
         if not self.fields:
             raise ValueError("Dedupe needs at least one field")
-        self.redis: Any = None
-        self.key = ""
+        self.keys: ItemKeys | None = None
+        self.crawl_id = ""
 
     def open(self, crawl: Crawl) -> None:
-        self.redis, self.key = crawl.rt.state.r, Keys.item_keys(crawl.id)
+        self.keys, self.crawl_id = crawl.rt.item_keys, crawl.id
 
     def digest(self, item: dict[str, Any]) -> str:
         values = json.dumps([item.get(f) for f in self.fields], sort_keys=True, default=str)
         return hashlib.sha1(values.encode()).hexdigest()
 
     def process_item(self, item: dict[str, Any], spider: Spider) -> dict[str, Any]:
+        if self.keys is None:
+            raise RuntimeError("Dedupe.process_item before open(crawl)")
         digest, owner = self.digest(item), item.get("fp") or ""
-        if self.redis.hsetnx(self.key, digest, owner):
+        first = self.keys.claim(self.crawl_id, digest, owner)
+        if first is None:
             return item
-        first = self.redis.hget(self.key, digest)
-        if owner and first is not None and first.decode() == owner:
+        if owner and first == owner:
             return item  # this very item, delivered again
         shown = ", ".join(f"{f}={item.get(f)!r}" for f in self.fields)
         raise DropItem(f"duplicate of an earlier item ({shown})")

@@ -13,17 +13,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .backends.redis.bodies import RedisBodies
-from .backends.redis.frontier import RedisFrontier
-from .backends.redis.gate import RedisGate
-from .backends.redis.registry import RedisState
+from .backends.wiring import Wiring
 from .frontier.schedule import KnownSeen
-from .http.transport import PooledTransport
-from .ports import BodyStore, HostGate, Sender, Transport
+from .ports import (
+    BodyStore,
+    CookieJars,
+    CrawlActivity,
+    CrawlRegistry,
+    Fleet,
+    Frontier,
+    Heartbeat,
+    HostGate,
+    ItemKeys,
+    LeaderLock,
+    Outages,
+    RobotsCache,
+    Sender,
+    Storage,
+    Transport,
+    ValidatorStore,
+)
 from .settings import CrawlOptions, Settings
 from .spiders import Spider, SpiderNotFound, resolve_spider
-from .storage.mongo import MongoStorage
-from .worker.liveness import Fleet, Heartbeat
 
 if TYPE_CHECKING:
     from protego import Protego
@@ -52,20 +63,30 @@ class ProcessCaches:
 
 @dataclass
 class Runtime:
+    """The process's ports, each made on first use by ``Wiring`` (Redis, MongoDB, requests, Celery),
+    unless a twin was put in its field beforehand (tests: ``backends.memory.runtime.twin_runtime``)."""
+
     settings: Settings
     pid: int = field(default_factory=os.getpid)
-    _state: RedisState | None = None
-    _storage: MongoStorage | None = None
+    _state: CrawlRegistry | None = None
+    _storage: Storage | None = None
     _options: dict[str, CrawlOptions] = field(default_factory=dict)
     _spiders: dict[str, Spider] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
-    _frontier: RedisFrontier | None = None
-    _bodies: BodyStore | None = None  # a twin may be put here (tests)
+    _frontier: Frontier | None = None
+    _bodies: BodyStore | None = None
     _gate: HostGate | None = None
     _sender: Sender | None = None
     _heartbeat: Heartbeat | None = None  # a twin may be put here (tests), with one of the fleet:
     _fleet: Fleet | None = None
-    _transport: Transport | None = None  # a twin may be put here (tests)
+    _transport: Transport | None = None
+    _robots: RobotsCache | None = None
+    _cookies: CookieJars | None = None
+    _validators: ValidatorStore | None = None
+    _item_keys: ItemKeys | None = None
+    _outages: Outages | None = None
+    _leader: LeaderLock | None = None
+    _wiring: Wiring | None = None  # the real ports' maker, once one was needed
     caches: ProcessCaches = field(default_factory=ProcessCaches)  # robots rules, cookie jars, item chains, ...
     engine: Any = None  # this process's fetch engine, once a fetch task has come (crawltasks.stages.engine)
 
@@ -78,51 +99,91 @@ class Runtime:
             return getattr(self, name)
 
     @property
-    def state(self) -> RedisState:
-        return self._state or self._once("_state", lambda: RedisState.from_url(self.settings.redis_url))
+    def wiring(self) -> Wiring:
+        """Where this process's real ports are made (the services its settings name)."""
+        return self._wiring or self._once("_wiring", lambda: Wiring(self.settings))
 
     @property
-    def frontier(self) -> RedisFrontier:
-        return self._frontier or self._once("_frontier", lambda: RedisFrontier(self.state.r))
+    def state(self) -> CrawlRegistry:
+        """Every crawl's record, state and counters."""
+        return self._state or self._once("_state", lambda: self.wiring.registry())
+
+    @property
+    def activity(self) -> CrawlActivity:
+        """The monitor's reads of the crawls' progress (time series, per-host outcomes, hosts, the
+        clock they keep): the registry's own, Redis' or the twin's."""
+        state = self.state
+        if not isinstance(state, CrawlActivity):
+            raise TypeError(f"the crawl registry {type(state).__name__} keeps no activity")
+        return state
+
+    @property
+    def frontier(self) -> Frontier:
+        return self._frontier or self._once("_frontier", lambda: self.wiring.frontier())
 
     @property
     def bodies(self) -> BodyStore:
-        """Where fetched bodies wait for parse and store (Redis, on the state's connections)."""
-        return self._bodies or self._once("_bodies", lambda: RedisBodies(self.state.r))
+        """Where fetched bodies wait for parse and store."""
+        return self._bodies or self._once("_bodies", lambda: self.wiring.bodies())
 
     @property
     def gate(self) -> HostGate:
-        """The per-host gate every worker shares (Redis, on the state's connections)."""
-        return self._gate or self._once("_gate", lambda: RedisGate(self.state.r))
+        """The per-host gate every worker shares."""
+        return self._gate or self._once("_gate", lambda: self.wiring.gate())
 
     @property
     def sender(self) -> Sender:
-        """Where this process's work goes to the stage workers (Celery, on this process's broker
-        connections); the dispatcher and the fetch engine send through it."""
-        if self._sender is None:
-            from .worker.sending import CelerySender  # the Celery side: loaded by a process that sends
-
-            self._once("_sender", CelerySender)
-        return self._sender
+        """Where this process's work goes to the stage workers; the dispatcher and the fetch engine
+        send through it."""
+        return self._sender or self._once("_sender", lambda: self.wiring.sender())
 
     @property
     def heartbeat(self) -> Heartbeat:
         """This process's heartbeat (started by whoever first claims work here)."""
-        return self._heartbeat or self._once("_heartbeat", lambda: Heartbeat(self.state.r))
+        return self._heartbeat or self._once("_heartbeat", lambda: self.wiring.heartbeat())
 
     @property
     def transport(self) -> Transport:
         """This process's HTTP transport: one pooled session shared by its fetch threads."""
-        return self._transport or self._once("_transport", PooledTransport)
+        return self._transport or self._once("_transport", lambda: self.wiring.transport())
 
     def fleet(self) -> Fleet:
         """What every worker's heartbeat says (read anew each call)."""
-        return self._fleet or Fleet(self.state.r)
+        return self._fleet or self.wiring.fleet()
 
     @property
-    def storage(self) -> MongoStorage:
-        return self._storage or self._once(
-            "_storage", lambda: MongoStorage.from_url(self.settings.mongo_url, self.settings.mongo_db))
+    def storage(self) -> Storage:
+        return self._storage or self._once("_storage", lambda: self.wiring.storage())
+
+    @property
+    def robots(self) -> RobotsCache:
+        """robots.txt texts every worker shares, and their download locks (``http.robots``)."""
+        return self._robots or self._once("_robots", lambda: self.wiring.robots())
+
+    @property
+    def cookies(self) -> CookieJars:
+        """Every crawl's cookie jar (``http.sessions``)."""
+        return self._cookies or self._once("_cookies", lambda: self.wiring.cookies())
+
+    @property
+    def validators(self) -> ValidatorStore:
+        """Page validators for conditional re-crawls (``frontier.revisit``)."""
+        return self._validators or self._once("_validators", lambda: self.wiring.validators())
+
+    @property
+    def item_keys(self) -> ItemKeys:
+        """The item keys each crawl's ``Dedupe`` claimed (``items``)."""
+        return self._item_keys or self._once("_item_keys", lambda: self.wiring.item_keys())
+
+    @property
+    def outages(self) -> Outages:
+        """Services some worker cannot reach now (``monitor.health``)."""
+        return self._outages or self._once("_outages", lambda: self.wiring.outages())
+
+    @property
+    def leader(self) -> LeaderLock:
+        """Leader locks: the dispatcher's (``frontier.dispatcher``)."""
+        return self._leader or self._once("_leader", lambda: self.wiring.leader())
 
     def options(self, crawl_id: str) -> CrawlOptions:
         """A crawl's options, read from Redis once per process (they do not change during a crawl)."""
@@ -167,10 +228,8 @@ class Runtime:
             self._heartbeat.stop()
         if self._storage is not None:
             self._storage.close()
-        if self._state is not None:
-            self._state.r.close()
-        if isinstance(self._transport, PooledTransport):
-            self._transport.close()
+        if self._wiring is not None:
+            self._wiring.close()
 
 
 _current: Runtime | None = None

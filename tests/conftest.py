@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pymongo
@@ -27,7 +29,8 @@ FREE_DBS = range(13, 3, -1)  # databases a test session may take, when CRAWLTASK
 
 # The real-stack tests, marked ``stack`` (``pytest -m "not stack"`` is the quick loop: stages, policies,
 # twins and the contract suites): every test with a real Celery worker, and the files whose tests start
-# the command, kill or cut off processes, restart services, or drive a broker or a browser.
+# the command, kill or cut off processes, restart services, or drive a broker or a browser. It is the one
+# marker (pyproject.toml's --strict-markers refuses others); a stack test elsewhere says @pytest.mark.stack.
 STACK_FIXTURES = {"worker"}
 STACK_FILES = {
     "test_bench.py", "test_bench_broad.py", "test_broker_restart.py", "test_cli.py", "test_cli_more.py",
@@ -56,12 +59,16 @@ def _owner_alive(client: redis.Redis) -> bool:
     return True
 
 
-def _take_db() -> int:
-    """A database of our own: the one CRAWLTASKS_TEST_REDIS_DB names, else the first that no other
-    live test session holds, so that two sessions on one Redis never flush each other's crawls."""
-    if os.environ.get("CRAWLTASKS_TEST_REDIS_DB"):
-        return int(os.environ["CRAWLTASKS_TEST_REDIS_DB"])
+def _take_db(named: bool = True) -> int:
+    """A database of our own: the one CRAWLTASKS_TEST_REDIS_DB names (unless not ``named``), else the
+    first that no other live test session holds, so that two sessions on one Redis never flush each
+    other's crawls."""
+    given = os.environ.get("CRAWLTASKS_TEST_REDIS_DB")
+    if named and given:
+        return int(given)
     for db in FREE_DBS:
+        if given and db == int(given):
+            continue
         client = redis.Redis.from_url(f"{REDIS_HOST}/{db}")
         try:
             if not _owner_alive(client):
@@ -121,6 +128,17 @@ def settings(redis_url: str, mongo_url: str) -> Settings:
 
 
 @pytest.fixture(scope="session")
+def quiet_settings(settings: Settings) -> Settings:
+    """The test services with a second Redis database of this session's, where no other test leaves
+    crawls running: for crawls driven in this process on the real stores (``sites.on_stores``), whose
+    dispatcher rounds take every running crawl of their Redis."""
+    url = f"{REDIS_HOST}/{_take_db(named=False)}"
+    _flush(url, keep_owner=True)
+    yield replace(settings, broker_url=url, redis_url=url)
+    _flush(url, keep_owner=False)
+
+
+@pytest.fixture(scope="session")
 def rt(settings: Settings) -> runtime.Runtime:
     """This process's runtime (workers in this process share it), pointed at the test services."""
     use_broker(settings.broker_url)
@@ -153,3 +171,13 @@ def basic_server() -> SiteServer:
 @pytest.fixture
 def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def keep_root_logging() -> Iterator[None]:
+    """Put the root logger back after a test that runs the command in-process (``main`` sets up
+    logging to the stderr of its moment)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:], root.level = handlers, level

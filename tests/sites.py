@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from crawltasks.runtime import Runtime
+    from crawltasks.settings import Settings
 
 FAST = dict(host_delay=0.0, host_concurrency=8, retry_base=0.05, retry_cap=0.5, timeout=5.0)
 """Crawl options for local fixture sites: politeness lifted explicitly, retries quick."""
@@ -243,3 +244,17 @@ def on_twins(site: TwinSite, *more: TwinSite, **settings: object) -> Runtime:
     given = {"redis_url": NOWHERE, "mongo_url": NOWHERE, "spider_modules": ["tests.spiders"],
              "fetch_concurrency": 64, **settings}
     return twin_runtime(transport, settings=Settings(**given))
+
+
+def on_stores(site: TwinSite, settings: Settings) -> Runtime:
+    """A runtime on the real stores of ``settings`` (Redis, MongoDB) whose transport is ``site`` and
+    whose sender records, for a ``TwinDriver`` to deliver: whole crawls in this process, with no Celery
+    and no worker, that leave in Redis and MongoDB what a fleet leaves (time series, per-host counts,
+    host states), for what reads them (the dashboard, metrics, ``stats --watch``). Its dispatcher
+    rounds take every running crawl of that Redis: give it a database no other test leaves crawls in."""
+    from crawltasks.backends.memory.sender import MemorySender
+    from crawltasks.runtime import Runtime
+
+    rt = Runtime(settings, _sender=MemorySender(), _transport=site.transport)
+    rt.heartbeat.offer(64)
+    return rt

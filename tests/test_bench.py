@@ -63,7 +63,6 @@ def test_table_shows_ratios_against_peers():
     assert d["pages_per_s"] == 500.0 and d["redis_commands_per_page"] == 3.25
 
 
-@pytest.mark.slow
 def test_harness_runs_crawltasks_on_a_tiny_site(tmp_path: Path):
     out = tmp_path / "result.json"
     status = run.main(["--pages", "30", "--links", "5", "--page-kb", "2", "--site", "pages",

@@ -125,7 +125,6 @@ def test_politeness_flags_reach_both_crawlers(tmp_path: Path):
         broad.parse_args(["--skip", "wget"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("server", ["nginx", "python"])
 def test_harness_end_to_end_on_a_tiny_lab(tmp_path: Path, server: str):
     out = tmp_path / "result.json"

@@ -40,7 +40,6 @@ def losses(logs: list[Path]) -> list[int]:
     return [log_text(log).count(LOST) for log in logs]
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_workers_survive_redis_restarts(settings, rt, tmp_path, crawl_id):
     own = OwnRedis(tmp_path)

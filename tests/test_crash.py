@@ -118,7 +118,6 @@ def crash_server():
     server.stop()
 
 
-@pytest.mark.slow
 def test_killed_workers_lose_nothing_and_store_nothing_twice(rt, workers, crash_server, crawl_id):
     seed = int(os.environ.get("CRASH_SEED", "11"))  # the kill moments; a failure names it, to run it again
     rnd = random.Random(seed)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from queue import SimpleQueue
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +17,7 @@ from crawltasks.backends.redis.keys import Keys
 from crawltasks.models import Fetched, Request
 from crawltasks.settings import CrawlOptions
 from crawltasks.stages.engine import FetchEngine
+from crawltasks.stages.latestarts import LateStarts
 from crawltasks.urls import canonicalize, host_key
 
 from .sites import serve, slow_page
@@ -117,6 +118,40 @@ def test_a_delay_spaces_request_starts_at_the_server_robots_txt_included(rt, eng
     assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.15 * 0.9
 
 
+def asks_of(rt, monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Counts the slots asked of the gate, per host, from now on."""
+    asked: Counter = Counter()
+    exchange = rt.gate.exchange
+
+    def counting(release, requests, *args, **kwargs):
+        asked.update(r.host for r in requests)
+        return exchange(release, requests, *args, **kwargs)
+
+    monkeypatch.setattr(rt.gate, "exchange", counting)
+    return asked
+
+
+def test_a_host_granted_a_slot_is_asked_again_only_once_its_next_start_is_due(rt, engine, server, monkeypatch):
+    eng, results = engine
+    asked = asks_of(rt, monkeypatch)
+    crawl_id, reqs = crawl_of(rt, server, 4, host_concurrency=4, host_delay=0.15, obey_robots=False)
+    eng.admit(crawl_id, reqs, [])
+    results.wait_for(4)
+    starts = sorted(h.started for h in server.hits)
+    assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) >= 0.15 * 0.9
+    assert asked[host_key(reqs[0].url)] == 4, "one ask per request: none the gate could only answer 'wait'"
+
+
+def test_a_grant_with_a_delay_over_give_back_after_gives_the_others_back_at_once(rt, engine, server):
+    eng, results = engine
+    crawl_id, reqs = crawl_of(rt, server, 3, host_concurrency=4, host_delay=5.0, obey_robots=False)
+    eng.admit(crawl_id, reqs, [])
+    [first] = results.wait_for(1, timeout=5)
+    sizes = rt.frontier.sizes(crawl_id)
+    assert first.ok and (sizes.queued, sizes.outstanding) == (2, 0) and len(server.hits) == 1
+    rt.state.r.delete(Keys.host_next(host_key(reqs[0].url)))
+
+
 def test_robots_disallowed_pages_are_not_fetched(rt, engine, server):
     eng, results = engine
     crawl_id, reqs = crawl_of(rt, server, 12, host_concurrency=4, host_delay=0)
@@ -168,14 +203,24 @@ def test_requests_in_hand_are_renewed_and_a_forgotten_claim_goes_back(rt, engine
 
 # --- a request that reaches the wire late (the gate's twin, the real clock) -----------------------------
 
+class ToldStarts:
+    """What the engine's late-starts thread is told, kept (it tells no gate)."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, float]] = []
+
+    def tell(self, host: str, delay: float) -> None:
+        self.told.append((host, delay))
+
+
 def late_start_hook(gate: MemoryGate, host: str, delay: float, late_by: float,
-                    events: SimpleQueue | None = None) -> Callable[[bool], None]:
+                    told: ToldStarts | None = None) -> Callable[[bool], None]:
     """The hook of a request of ``host`` whose slot was asked for ``late_by`` seconds ago (the grant set
-    the host's next start a delay after that), in an engine with the gate's twin and ``events`` (what
-    its control thread is told)."""
+    the host's next start a delay after that), in an engine with the gate's twin and ``told`` (what
+    its late-starts thread is told)."""
     granted = time.monotonic() - late_by
     gate.hosts.setdefault(host, _Host()).next_at = round((granted + delay) * 1000)
-    engine = SimpleNamespace(rt=SimpleNamespace(gate=gate), events=events or SimpleQueue())
+    engine = SimpleNamespace(rt=SimpleNamespace(gate=gate), late_starts=told or ToldStarts())
     return FetchEngine._on_send(engine, host, delay, granted, granted + delay)
 
 
@@ -189,15 +234,26 @@ def test_a_request_on_time_goes_at_once_and_leaves_the_gate_alone():
     assert time.monotonic() - started < 0.05 and gate.hosts["a:80"].next_at == next_at
 
 
-def test_a_request_a_little_late_goes_at_once_and_its_start_is_told_through_the_control_thread():
-    gate, events = MemoryGate(), SimpleQueue()
-    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.05, events=events)
+def test_a_request_a_little_late_goes_at_once_and_its_start_is_told_through_the_late_starts_thread():
+    gate, told = MemoryGate(), ToldStarts()
+    hook = late_start_hook(gate, "a:80", 0.3, late_by=0.05, told=told)
     next_at = gate.hosts["a:80"].next_at
     started = time.monotonic()
     hook(False)
     hook(True)
     assert time.monotonic() - started < 0.05 and gate.hosts["a:80"].next_at == next_at  # no round trip
-    assert events.get_nowait() == ("started", "a:80", 0.3) and events.empty()
+    assert told.told == [("a:80", 0.3)]
+
+
+def test_the_late_starts_thread_moves_each_hosts_next_start_and_tells_everything_before_it_stops():
+    clock = [100.0]
+    gate = MemoryGate(clock=lambda: clock[0])
+    late = LateStarts(gate)
+    for i in range(50):
+        late.tell(f"h{i}:80", 0.5)
+    late.stop()
+    assert [load.wait for load in gate.view([f"h{i}:80" for i in range(50)])] == [0.5] * 50
+    assert not late._thread.is_alive()
 
 
 def test_a_late_request_waits_for_a_start_granted_after_its_own_then_pushes_the_next_one():

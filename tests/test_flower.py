@@ -270,39 +270,3 @@ def test_flower_starts_on_loopback_outside_the_project_root(redis_url, tmp_path,
         assert listening(port) == {"127.0.0.1"}  # without an address Flower would take every interface
     finally:
         proc.stop()
-
-
-def test_refusal_rules():
-    from types import SimpleNamespace
-
-    from crawltasks.monitor.flowerguard import refusal
-
-    def opts(**kw: Any) -> SimpleNamespace:
-        return SimpleNamespace(**{"address": "", "unix_socket": "", "basic_auth": None, "auth": "", **kw})
-
-    unset = opts()
-    assert refusal(unset) is None and unset.address == "127.0.0.1"
-    for address in ("127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"):
-        assert refusal(opts(address=address)) is None, address
-    for address in ("0.0.0.0", "::", "10.1.2.3", "192.168.0.5"):
-        assert refusal(opts(address=address)).startswith(f"flower: refusing to listen on {address} "), address
-        assert refusal(opts(address=address, basic_auth=[""])) is not None  # an empty --basic-auth is no auth
-        assert refusal(opts(address=address, basic_auth=["u:p"])) is None
-        assert refusal(opts(address=address, auth=".*@example\\.com")) is None
-    assert refusal(opts(address="0.0.0.0", unix_socket="/tmp/flower.sock")) is None
-
-
-def test_flower_gets_rabbitmqs_management_api_for_its_broker_tab():
-    from types import SimpleNamespace
-
-    from crawltasks.monitor.flowerguard import apply_broker_api, management_api
-
-    assert management_api("amqp://crawl:s3cr%40t@rabbitmq:5672//") == "http://crawl:s3cr%40t@rabbitmq:15672/api/"
-    assert management_api("amqp://rabbitmq//") == "http://guest:guest@rabbitmq:15672/api/"
-    assert management_api("redis://127.0.0.1:6379/0") is None
-    given = SimpleNamespace(broker_api="http://u:p@elsewhere:15672/api/")
-    apply_broker_api(given, "amqp://guest:guest@127.0.0.1:5672//")
-    assert given.broker_api == "http://u:p@elsewhere:15672/api/", "--broker-api wins"
-    unset = SimpleNamespace(broker_api=None)
-    apply_broker_api(unset, "amqp://guest:guest@127.0.0.1:5672//")
-    assert unset.broker_api == "http://guest:guest@127.0.0.1:15672/api/"

@@ -30,8 +30,8 @@ class Twin:
         self.clock = FakeClock()
         self.g: HostGate = MemoryGate(self.clock)
 
-    def host(self) -> str:
-        return f"g-{uuid.uuid4().hex[:6]}:80"
+    def host(self, form: str = "g-{}:80") -> str:
+        return form.format(uuid.uuid4().hex[:6])
 
     def owner(self) -> str:
         return f"w-{uuid.uuid4().hex[:6]}"
@@ -72,8 +72,8 @@ class OnRedis:
         self.owners: list[str] = []
         self.advanced = 0.0
 
-    def host(self) -> str:
-        self.hosts.append(f"g-{uuid.uuid4().hex[:6]}:80")
+    def host(self, form: str = "g-{}:80") -> str:
+        self.hosts.append(form.format(uuid.uuid4().hex[:6]))
         return self.hosts[-1]
 
     def owner(self) -> str:
@@ -379,6 +379,62 @@ def test_hosts_are_gated_each_on_its_own(side):
     assert side.g.view([]) == []
 
 
+def many_at_once(g: HostGate, hosts: list[str], one_call: bool) -> list[tuple[int, float, float, bool]]:
+    """Late starts, slots given back and asks of several hosts in one exchange, or the same as one
+    call each; per ask: (slots granted, wait, back-off, a next start set)."""
+    full, spaced, backed, late, free = hosts
+    held, _ = g.acquire(full, 2, limit=2, delay=0)
+    g.acquire(spaced, 1, limit=2, delay=0.5)
+    g.feedback(backed, slow=True)
+    release, started = [(full, held[0]), (free, "never-taken")], [(late, 0.3), (free, 0.0)]
+    asks = [SlotRequest(full, 2, limit=2, delay=0), SlotRequest(full, 1, limit=2, delay=0),
+            SlotRequest(spaced, 1, limit=2, delay=0.5), SlotRequest(backed, 1, limit=5, delay=0),
+            SlotRequest(late, 1, limit=2, delay=0), SlotRequest(free, 3, limit=5, delay=0),
+            SlotRequest(free, 3, limit=5, delay=0), SlotRequest(free, 1, limit=9, delay=0.2)]
+    if one_call:
+        grants = g.exchange(release, asks, started=started)
+    else:
+        for host, delay in started:
+            g.started(host, delay)
+        g.release(release)
+        grants = [g.exchange([], [ask])[0] for ask in asks]
+    return [(len(t), round(wait, 1), backoff, nxt > 0) for t, wait, backoff, nxt in grants]
+
+
+def test_one_exchange_answers_as_the_same_calls_one_by_one(side):
+    together = many_at_once(side.g, [side.host() for _ in range(5)], one_call=True)
+    apart = many_at_once(side.g, [side.host() for _ in range(5)], one_call=False)
+    assert together == apart == [(1, 0.0, 0.0, False), (0, 0.0, 0.0, False), (0, 0.5, 0.0, False),
+                                 (0, 1.0, 1.0, False), (0, 0.3, 0.0, False), (3, 0.0, 0.0, False),
+                                 (2, 0.0, 0.0, False), (1, 0.0, 0.0, True)]
+
+
+def test_tokens_are_unique_across_asks_and_exchanges_and_all_go_back_in_one(side):
+    hosts, owner = [side.host() for _ in range(4)], side.owner()
+    asks = [SlotRequest(h, 3, limit=6, delay=0) for h in hosts] + [SlotRequest(hosts[0], 2, limit=6, delay=0)]
+    first = side.g.exchange([], asks, owner=owner)
+    second = side.g.exchange([], [SlotRequest(h, 1, limit=6, delay=0) for h in hosts], owner=owner)
+    tokens = [t for g in first + second for t in g.tokens]
+    assert [len(g.tokens) for g in first + second] == [3, 3, 3, 3, 2, 1, 1, 1, 1]
+    assert len(set(tokens)) == len(tokens) and all(t.startswith(owner + "|") for t in tokens)
+    assert [v.in_flight for v in side.g.view(hosts)] == [6, 4, 4, 4]
+    held = [(ask.host, t) for ask, g in zip(asks + asks[:4], first + second, strict=True) for t in g.tokens]
+    [again] = side.g.exchange(held, [SlotRequest(hosts[1], 9, limit=6, delay=0)], owner=owner)
+    assert len(again.tokens) == 6 and not set(again.tokens) & set(tokens)
+    assert [v.in_flight for v in side.g.view(hosts)] == [0, 6, 0, 0]
+
+
+def test_hosts_of_every_shape_are_gated(side):
+    forms = ("[fd00::{}]:8080", "xn--bcher-{}.example:443", "b\u00fccher-{}.example:80", "a {} b:80", "")
+    hosts = [side.host(form) for form in forms]  # "": what host_key says of a URL it cannot read
+    late = side.host("127.0.0.{}:1")
+    grants = side.g.exchange([], [SlotRequest(h, 2, limit=2, delay=0) for h in [*hosts, late]],
+                             started=[(late, 0.4)])
+    assert [len(g.tokens) for g in grants] == [2, 2, 2, 2, 2, 0] and 0.35 < grants[-1].wait <= 0.4
+    side.g.release([(h, t) for h, g in zip(hosts, grants, strict=False) for t in g.tokens])
+    assert [v.in_flight for v in side.g.view(hosts)] == [0] * 5
+
+
 # --- the Redis side only: its own clock running, round trips ----------------------------------------
 
 @pytest.fixture
@@ -420,3 +476,13 @@ def test_an_exchange_is_one_round_trip_whatever_it_carries(on_redis, monkeypatch
     sent = round_trips(monkeypatch)
     grants = on_redis.g.exchange(held, [SlotRequest(h, 3, limit=4, delay=0) for h in hosts], owner="w")
     assert [len(g.tokens) for g in grants] == [3] * 5 and sent() == 1
+
+
+def test_an_exchange_survives_a_script_flush(on_redis):
+    host, other = on_redis.host(), on_redis.host()
+    [(held, _, _, _)] = on_redis.g.exchange([], [SlotRequest(host, 2, limit=2, delay=0)], owner="w")
+    on_redis.r.script_flush()  # a restarted Redis has lost its scripts
+    grants = on_redis.g.exchange([(host, held[0])], [SlotRequest(host, 2, limit=2, delay=0),
+                                                     SlotRequest(other, 1, limit=2, delay=0)],
+                                 owner="w", started=[(other, 0.5)])
+    assert [len(g.tokens) for g in grants] == [1, 0] and 0.45 < grants[1].wait <= 0.5

@@ -1,5 +1,5 @@
 """Item processors end to end on the twins (a whole crawl in this process): the validator and the
-dedupe filter (its keys in the registry's raw client), counted per processor in the crawl's stats; a
+dedupe filter (its keys in the runtime's ItemKeys), counted per processor in the crawl's stats; a
 failing processor costs only its item."""
 
 from crawltasks import start_crawl
@@ -39,7 +39,7 @@ def test_validator_and_dedupe_filter_counted_per_processor(crawl_id):
     assert stats["items_dropped_required"] == 2  # c (no title) and d (price "n/a")
     assert stats["items_dropped_dedupe"] == 2  # a and b, the second time
     assert stats["items_dropped"] == 4 and stats.get("items_failed", 0) == 0
-    assert rt.state.r.hlen(f"ct:{{{crawl_id}}}:itemkeys") == 3
+    assert rt.item_keys.count(crawl_id) == 3
 
 
 def test_a_failing_processor_fails_its_item_and_the_crawl_goes_on(crawl_id):

@@ -1,5 +1,7 @@
-"""Per-crawl monitoring and log lines: the live view, `crawltasks list`, the crawl progress bar,
-on a real worker, the test Redis and SecantusDB; the log line format as people read it."""
+"""Per-crawl monitoring and log lines: a finished crawl's snapshot, view and `list` rows on the twins
+(the registry keeps the hosts a crawl scheduled there too); following a running crawl, the commands
+and the crawl progress bar on a real worker, the test Redis and SecantusDB; a host's gate state on
+the twins; the log line format as people read it."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ import uuid
 from rich.console import Console
 
 from crawltasks import logs, start_crawl
-from crawltasks.backends.redis.keys import Keys
+from crawltasks.backends.memory.driver import run_crawl
+from crawltasks.backends.memory.runtime import twin_runtime
 from crawltasks.monitor.progress import CrawlProgress, RateMeter, eta_seconds, human_seconds
 from crawltasks.monitor.watch import host_states, list_rows, render, render_list, render_text, snapshot, watch
 from crawltasks.urls import host_key
 
-from .sites import FAST, html, page, serve
+from .sites import FAST, html, on_twins, page, serve, twin_site
 from .test_flower import ROOT, service_env
 
 
@@ -27,22 +30,24 @@ def cli(settings, *args: str, timeout: float = 120) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout)
 
 
-def small_site():
+def small_routes():
     routes = {"/": page("Home", [f"/p/{i}" for i in range(6)] + ["/gone", "/broken"])}
     for i in range(6):
         routes[f"/p/{i}"] = page(f"Page {i}", ["/"])
     routes["/gone"] = lambda s, p: (404, {}, html("gone"))
     routes["/broken"] = lambda s, p: (500, {}, html("broken"))
-    return serve(routes)
+    return routes
 
 
-def test_snapshot_and_view_of_a_finished_crawl(worker, rt, crawl_id):
-    site = small_site()
-    try:
-        crawl = start_crawl(site.url("/"), crawl_id=crawl_id, max_retries=1, **FAST)
-        assert crawl.wait(timeout=60), crawl.stats()
-    finally:
-        site.stop()
+def small_site():
+    return serve(small_routes())
+
+
+def test_snapshot_and_view_of_a_finished_crawl(crawl_id):
+    site = twin_site(small_routes())
+    rt = on_twins(site)
+    crawl = start_crawl(site.url("/"), crawl_id=crawl_id, max_retries=1, rt=rt, **FAST)
+    assert run_crawl(rt, crawl, timeout=30), crawl.stats()
     snap = snapshot(crawl_id, rt)
     assert snap.finished and snap.done == 9 and snap.stats["stored"] == 7
     assert snap.failures == {"http_404": 1, "http_500": 1}
@@ -182,11 +187,9 @@ def test_line_formatter_keeps_tracebacks_for_bugs_only():
         'long=' + "x" * 297 + '... message="say \\"hi\\"\\nbye" n=- ok=true')
 
 
-def test_host_state_shows_a_host_backing_off(rt):
+def test_host_state_shows_a_host_backing_off():
     host = f"monitor-{uuid.uuid4().hex[:6]}.invalid:80"
-    try:
-        rt.gate.feedback(host, slow=True, wait=0.0)  # the core's own 429/503 transition
-        [state] = host_states(rt, [host], limit=2)
-        assert state.backoff == 1.0 and state.label == "backing off" and state.wait > 0
-    finally:
-        rt.state.r.delete(Keys.host_next(host), Keys.host_backoff(host), Keys.host_slots(host))
+    rt = twin_runtime()  # the gate's twin: nothing to clean up after
+    rt.gate.feedback(host, slow=True, wait=0.0)  # the core's own 429/503 transition
+    [state] = host_states(rt, [host], limit=2)
+    assert state.backoff == 1.0 and state.label == "backing off" and state.wait > 0

@@ -36,8 +36,6 @@ from .netns import Network
 from .sites import SiteServer, serve, slow_page
 from .workers import ALL_QUEUES, ROOT, wait_for, worker_env
 
-pytestmark = pytest.mark.slow
-
 N_PAGES = 600
 PAGE_DELAY = 0.03  # seconds each page takes to answer
 # Politeness caps the whole fleet at one request start per HOST_DELAY on the site (12.5 pages/s): a

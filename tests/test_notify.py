@@ -1,5 +1,6 @@
 """Webhook notifications on real parts: a real Celery worker, the test Redis and Mongo, fixture sites
-and a local webhook server that records what it receives."""
+and a local webhook server that records what it receives. The same from crawls driven in this process
+are tests/test_webhooks.py's."""
 
 from __future__ import annotations
 

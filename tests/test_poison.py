@@ -108,7 +108,6 @@ def assert_poison_ended_alone(crawl, server, supervisor) -> None:
     assert stats["scheduled"] == stats["stored"] + stats["failed"] + stats["skipped"]
 
 
-@pytest.mark.slow
 def test_a_page_that_kills_its_whole_worker_ends_worker_lost(rt, supervisor, poison_site, crawl_id, tmp_path):
     supervisor.start("fetch-store", FETCH_AND_STORE)
     supervisor.start("parse", "crawl.parse", concurrency=1)
@@ -125,7 +124,6 @@ def test_a_page_that_kills_its_whole_worker_ends_worker_lost(rt, supervisor, poi
         rt.storage.delete_crawl(crawl_id)
 
 
-@pytest.mark.slow
 def test_a_page_that_kills_its_pool_child_ends_worker_lost(rt, supervisor, poison_site, crawl_id, tmp_path):
     """A prefork child dies; Celery delivers its parse message again at once, to another child, before
     any reclaimer could see the dead one: the delivery that takes up a claim left hot counts the loss."""
@@ -144,7 +142,6 @@ def test_a_page_that_kills_its_pool_child_ends_worker_lost(rt, supervisor, poiso
         rt.storage.delete_crawl(crawl_id)
 
 
-@pytest.mark.slow
 def test_cancel_ends_a_poison_loop(rt, supervisor, poison_site, crawl_id, tmp_path):
     """With max_worker_lost out of reach the poison page would kill pool children for ever; cancelling
     the crawl stops it at the next delivery: the parse stage runs no spider for a cancelled crawl."""
@@ -185,7 +182,6 @@ class Poison(Spider):
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["2", "1"])
 def test_the_crawl_command_outlives_a_poison_page(poison_site, tmp_path, workers):
     """The user's own command, embedded: the page kills the worker that parses it, the zygote forks a

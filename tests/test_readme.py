@@ -254,7 +254,6 @@ def test_placeholders() -> None:
     assert code_of("""crawl -s 'h={"a": "#b"}'   # note""") == """crawl -s 'h={"a": "#b"}'"""
 
 
-@pytest.mark.slow
 def test_first_command_crawls(small_site: SiteServer, tmp_path: Path) -> None:
     """The README's first command, embedded (no service configured). pip is not run: this test runs in
     the environment it made (`pip install -e '.[embedded]'`); the part after `&&` is run as written."""
@@ -271,7 +270,6 @@ def test_first_command_crawls(small_site: SiteServer, tmp_path: Path) -> None:
 # this file, and a pytest inside pytest would run the whole suite again (and this test with it).
 
 
-@pytest.mark.slow
 def test_command_line_block(small_site: SiteServer, tmp_path: Path) -> None:
     """"The command line" block, embedded, in a fresh directory holding a spider file, a spider module
     and a seeds file."""
@@ -331,7 +329,6 @@ def readme_exports(lines: list[str], settings: Settings) -> str:
                      for line, name in zip(exports, names, strict=True))
 
 
-@pytest.mark.slow
 def test_workers_and_dashboard_blocks(settings: Settings, site: SiteServer, small_site: SiteServer, gate: Gate,
                                       tmp_path: Path) -> None:
     """"Running workers and Flower", then "Dashboard and metrics", as one shell session against the

@@ -398,3 +398,25 @@ def test_state_and_generation_are_read_together(side, new_crawl):
     assert side.reg.control(cid, [RUNNING], PAUSED)
     assert side.reg.state_and_generation(cid) == (PAUSED, "")
     assert side.reg.state_and_generation("rc-never") == ("", "")
+
+
+def test_a_rebuilt_crawl_gets_its_outcomes_seen_set_counters_and_a_new_generation(side, new_crawl):
+    reg = side.reg
+    cid = new_crawl()
+    reg.mark_rebuilt(cid, 1234.5)
+    state, generation = reg.state_and_generation(cid)
+    assert state == RUNNING and float(generation) > 0
+    assert float(reg.crawl_meta(cid)["started_at"]) == 1234.5
+    reg.mark_rebuilt(cid, None)
+    assert float(reg.crawl_meta(cid)["started_at"]) == 1234.5  # None keeps the start time there
+    reg.restore_outcomes(cid, [("t1", "stored"), ("t2", "failed")], ["fp1", "fp2"])
+    reg.restore_outcomes(cid, [("t3", "skipped")], [])
+    reg.restore_outcomes(cid, [], [])
+    assert [reg.outcome_of(cid, t) for t in ("t1", "t2", "t3", "t4")] == ["stored", "failed", "skipped", None]
+    assert reg.seen_already(cid, ["fp1", "fp2", "fp3"]) == [True, True, False]
+    reg.incr(cid, items=4)
+    reg.restore_counts(cid, {"stored": 1, "failed": 1, "skipped": 1, "scheduled": 3, "pending": 0})
+    stats = reg.stats(cid)
+    assert (stats["stored"], stats["failed"], stats["skipped"], stats["scheduled"], stats["pending"], stats["items"]) \
+        == (1, 1, 1, 3, 0, 4)
+    assert reg.finish(cid, [("t1", "stored", "")]) == (0, True)  # counted already: the crawl is done

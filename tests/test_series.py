@@ -66,6 +66,12 @@ def test_the_life_tier_merges_in_pairs_when_outgrown_and_keeps_every_count(state
     assert sum(b.stored for b in buckets) == series.LIFE + 1 and sum(b.failed for b in buckets) == series.LIFE
     assert buckets[0].stored == 2 and buckets[0].start == t0  # two neighbours made one
 
+    # the twin registry's write (series.record) makes the same hash from the same one at the same time
+    twin = {"t0": str(t0), "w": str(width), **{f"l{i}": "1 1 0" for i in range(series.LIFE)}}
+    [bucket] = [int(v.split()[0]) for k, v in raw.items() if k.startswith("r")]
+    series.record(twin, bucket * width, 1, 0, 0)
+    assert twin == raw
+
 
 def test_the_ring_forgets_a_slot_reused_by_a_later_bucket():
     fields = series.ring_fields(1000.0, 3)

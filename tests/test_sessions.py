@@ -1,5 +1,5 @@
 """Sessions end to end: a login that sets a cookie, pages that answer 403 without it, a cookie
-scoped to a path; the jar is the crawl's, in Redis (on the twins: the registry's raw client), shared
+scoped to a path; the jar is the crawl's, in the runtime's CookieJars (Redis; here its twin), shared
 by every fetch of the crawl. Whole crawls in this process, the site in memory."""
 
 from urllib.parse import urlsplit
@@ -61,7 +61,7 @@ def test_a_login_cookie_reaches_the_next_requests(crawl_id):
     assert "area=members" in cookies_sent(server, "/members/deep")[0]  # its path's cookie
     assert "area" not in cookies_sent(server, "/after")[0]  # not beyond that path
     assert crawl.stats()["stored"] == 6
-    jar = SharedJar(rt.state.r, crawl_id).current()
+    jar = SharedJar(rt.cookies, crawl_id).current()
     assert {c.name for c in jar} == {"session", "area"}
 
 
@@ -85,7 +85,7 @@ def test_the_default_site_spider_keeps_no_cookies(crawl_id):
     finally:
         rt.close()
     assert [f["reason"] for f in crawl.failures()] == ["http_403"]  # /login -> /account, without the cookie
-    assert not rt.state.r.hlen(f"ct:{{{crawl_id}}}:cookies")  # no jar: a hash with no field does not exist
+    assert rt.cookies.load(crawl_id) == (None, {})  # no jar: never a cookie saved, no version
 
 
 def test_jars_of_two_crawls_are_apart(crawl_id):

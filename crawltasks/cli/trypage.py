@@ -23,9 +23,12 @@ class PageError(SpiderError, RuntimeError):
 
 
 def try_page(url: str, spider_cls: type[Spider] | None, options: dict[str, Any],
-             out: IO[str] = sys.stdout) -> tuple[int, int]:
-    """Fetch ``url``, parse it with the spider and print what it yields; returns (items, requests)."""
+             out: IO[str] | None = None) -> tuple[int, int]:
+    """Fetch ``url``, parse it with the spider and print what it yields (to ``out``, by default the
+    standard output of the moment); returns (items, requests)."""
     from ..http.fetch import fetch_one
+
+    out = out or sys.stdout
 
     cls = spider_cls or SiteSpider
     opts = CrawlOptions(**{"private_hosts": private_seed_hosts([url]), **options})

@@ -1,21 +1,22 @@
 """The dispatcher: requests of ready hosts leave the frontier as fetch chains, as fast as the fetch
 workers absorb them.
 
-One worker process at a time dispatches (a lock in Redis with a short TTL, so another takes over
-within seconds if it dies). Each round it reads the live fetch capacity from the heartbeats, takes
-no more than that minus what is already out (taken and not yet fetched), and sends the requests
-in batches to the fetch queue of their priority, through the process's sender (``rt.sender``). The
-broker thus holds only work that can start at once; nothing waits in it for a busy host.
+One worker process at a time dispatches (it holds the leader lock "dispatcher", ``rt.leader``, whose
+short TTL lets another take over within seconds if it dies). Each round it reads the live fetch
+capacity from the heartbeats, takes no more than that minus what is already out (taken and not yet
+fetched), and sends the requests in batches to the fetch queue of their priority, through the
+process's sender (``rt.sender``). The broker thus holds only work that can start at once; nothing
+waits in it for a busy host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from ..backends.redis.keys import Keys
 from ..models import PRIORITIES
 from ..runtime import Runtime
 from ..states import CrawlState
@@ -24,23 +25,14 @@ from .queues import Entry
 
 log = logging.getLogger("crawltasks")
 
-LOCK_TTL_MS = 5000  # the lock's TTL: a dead dispatcher is replaced within this
+LOCK = "dispatcher"  # the leader lock's name
+LOCK_TTL = 5.0  # seconds: a dead dispatcher is replaced within this
 TAKE_AT_MOST = 1024  # requests one take hands out
 IDLE_WAIT = 0.1  # seconds between looks when no crawl is running
 FULL_WAIT = 0.01  # seconds between looks when the fetch workers are full
 EARLY = 0.1  # a host's next request leaves this long before its delay ends (the gate starts it on time)
 TICK = 0.02  # between rounds: hosts ready meanwhile leave in one batch, and a host whose fetch just
 # ended (it waited for a slot) is looked at again within this
-
-# KEYS: dispatcher lock. ARGV: me, ttl_ms. Take the lock, or keep it; 1 if it is ours.
-_HOLD_LOCK = """
-local holder = redis.call('GET', KEYS[1])
-if holder == false or holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
-  return 1
-end
-return 0
-"""
 
 
 def batches(entries: Sequence[Entry], size: int) -> list[tuple[str, list[Entry]]]:
@@ -85,7 +77,6 @@ class Dispatcher:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt, self.send = rt, rt.sender.send_batch
-        self._hold_lock: Callable[..., int] | None = None  # registered when first taken: ``step`` needs none
         self._stop = threading.Event()
         self._turn = 0
         self._thread = threading.Thread(target=self._run, name="crawltasks-dispatcher", daemon=True)
@@ -97,16 +88,12 @@ class Dispatcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        try:  # let another worker take over at once
-            if self.rt.state.r.get(Keys.dispatcher) == self.rt.heartbeat.id.encode():
-                self.rt.state.r.delete(Keys.dispatcher)
-        except Exception:  # noqa: BLE001 - Redis away: the lock expires by itself
-            pass
+        with contextlib.suppress(Exception):  # let another worker take over at once (Redis away: it expires)
+            self.rt.leader.release(LOCK, self.rt.heartbeat.id)
 
     def leading(self) -> bool:
-        if self._hold_lock is None:
-            self._hold_lock = self.rt.state.r.register_script(_HOLD_LOCK)
-        return bool(self._hold_lock(keys=[Keys.dispatcher], args=[self.rt.heartbeat.id, LOCK_TTL_MS]))
+        """Take or keep the dispatcher's lock for LOCK_TTL; True while this process holds it."""
+        return self.rt.leader.hold(LOCK, self.rt.heartbeat.id, LOCK_TTL)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -21,10 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..models import Request, pack_body, unpack_body
 from ..urls import InvalidURL, canonicalize, fingerprint, raw_fingerprint
+
+if TYPE_CHECKING:
+    from ..ports import SeenFilter
 
 NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP = 1, 0, 2, 3  # add() verdicts
 PRIORITY_CODES = {"high": "h", "default": "d", "low": "l"}  # the queue of each priority, first to last
@@ -163,9 +166,12 @@ def _fingerprint_of(url: str, method: str, meta: dict[str, Any], fields: Sequenc
 class Frontier(Protocol):
     """Where scheduled requests wait for their host, and the claims of those taken."""
 
-    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None) -> list[int]:
+    def add(self, crawl_id: str, requests: Sequence[Request], caps: Caps | None = None,
+            bloom: SeenFilter | None = None, counted: bool = False) -> list[int]:
         """Mark fingerprints seen and queue the new requests, atomically: a verdict per request
-        (NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP); counts scheduled, pending and duplicates."""
+        (NEW, DUPLICATE, OVER_MAX_PAGES, OVER_HOST_CAP); counts scheduled, pending and duplicates.
+        With ``bloom`` (the registry's ``bloom_filter``) the filter is the seen-set; ``counted``
+        queues requests that are pending already (retry-failed)."""
         ...
 
     def take(self, crawl_id: str, limit: int, policy: HostPolicy, high_only: bool = False,

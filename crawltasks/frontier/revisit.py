@@ -1,32 +1,28 @@
 """Incremental re-crawls: a page stored by an earlier crawl of the same spider is asked for again
 with its validators (``If-None-Match`` / ``If-Modified-Since``), and a 304 leaves it as it is.
 
-The validators of every page a ``visit_ttl`` crawl stores wait in Redis, one hash per spider
-(fp -> [crawl id, ETag, Last-Modified, content hash]): the request of a later crawl has the same
-fingerprint, and the store has no index on it across crawls. A 304 ends the request ``not_modified``
-(a recorded skip, counted ``not_modified``); the earlier crawl's page document keeps its content and
-gets a new ``checked_at``, and the page counts as visited again. The page's content hash
+The validators of every page a ``visit_ttl`` crawl stores wait in the runtime's ``ValidatorStore``
+(Redis: one hash per spider), by fingerprint (crawl id, ETag, Last-Modified, content hash): the
+request of a later crawl has the same fingerprint, and the store has no index on it across crawls.
+A 304 ends the request ``not_modified`` (a recorded skip, counted ``not_modified``); the earlier
+crawl's page document keeps its content and gets a new ``checked_at``, and the page counts as
+visited again. The page's content hash
 (``content_hash``) tells an unchanged page apart where the server sends no validators.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ..backends.redis.keys import Keys
 from ..models import Fetched, Request
+from ..ports import Validators
 from ..reasons import Reason
 from ..runtime import Runtime
 from ..settings import CrawlOptions
 
 KEEP_AT_LEAST = 30 * 24 * 3600  # seconds the validators outlive their last write (and 10 x visit_ttl)
-
-
-def validators_key(spider: str) -> str:
-    return f"{Keys.visited(spider)}:validators"
 
 
 def page_fields(f: Fetched, body: bytes) -> dict[str, Any]:
@@ -48,13 +44,12 @@ def add_conditions(rt: Runtime, options: CrawlOptions, requests: list[Request]) 
         k.lower() in ("if-none-match", "if-modified-since") for k in r.headers)]
     if not plain:
         return
-    for req, raw in zip(plain, rt.state.r.hmget(validators_key(options.spider), [r.fp for r in plain]), strict=True):
-        if raw is None:
+    for req, known in zip(plain, rt.validators.get(options.spider, [r.fp for r in plain]), strict=True):
+        if known is None:
             continue
-        _, etag, modified, _ = json.loads(raw)
-        extra = {"If-None-Match": etag} if etag else {}
-        if modified:
-            extra["If-Modified-Since"] = modified
+        extra = {"If-None-Match": known.etag} if known.etag else {}
+        if known.last_modified:
+            extra["If-Modified-Since"] = known.last_modified
         req.headers = {**req.headers, **extra}
 
 
@@ -62,13 +57,9 @@ def remember(rt: Runtime, options: CrawlOptions, crawl_id: str, pages: list[dict
     """Keep the validators of pages just stored, for the next crawl of the spider."""
     if not options.visit_ttl or not pages:
         return
-    key = validators_key(options.spider)
-    rows = {p["fp"]: json.dumps([crawl_id, p.get("etag"), p.get("last_modified"), p.get("content_hash")])
+    rows = {p["fp"]: Validators(crawl_id, p.get("etag"), p.get("last_modified"), p.get("content_hash"))
             for p in pages}
-    pipe = rt.state.r.pipeline(transaction=False)
-    pipe.hset(key, mapping=rows)
-    pipe.expire(key, int(max(KEEP_AT_LEAST, 10 * options.visit_ttl)))
-    pipe.execute()
+    rt.validators.put(options.spider, rows, int(max(KEEP_AT_LEAST, 10 * options.visit_ttl)))
 
 
 def not_modified(rt: Runtime, options: CrawlOptions, crawl_id: str, records: list[dict[str, Any]]) -> None:
@@ -78,8 +69,8 @@ def not_modified(rt: Runtime, options: CrawlOptions, crawl_id: str, records: lis
     if not fps:
         return
     now = datetime.now(UTC).isoformat(timespec="milliseconds")
-    rows = rt.state.r.hmget(validators_key(options.spider), fps)
-    stored = [(json.loads(raw)[0], fp) for fp, raw in zip(fps, rows, strict=True) if raw is not None]
+    rows = rt.validators.get(options.spider, fps)
+    stored = [(row.crawl_id, fp) for fp, row in zip(fps, rows, strict=True) if row is not None]
     rt.storage.touch_pages(stored, now)  # each page where it was stored: the crawl that stored it
     rt.state.mark_visited(options.spider, fps, options.visit_ttl)
     rt.state.incr(crawl_id, not_modified=len(fps))

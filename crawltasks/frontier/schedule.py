@@ -13,10 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..backends.redis.bloom import BloomFilter
-from ..backends.redis.frontier import RedisFrontier
-from ..backends.redis.registry import RedisState
 from ..models import Request
+from ..ports import CrawlRegistry, SeenFilter
 from ..settings import CrawlOptions
 from ..states import STOPPING
 from ..urls import (
@@ -31,7 +29,7 @@ from ..urls import (
     raw_fingerprint,
 )
 from .politeness import host_policy
-from .queues import DUPLICATE, NEW, Caps
+from .queues import DUPLICATE, NEW, Caps, Frontier
 
 
 @dataclass
@@ -83,7 +81,7 @@ def plan_requests(requests: Iterable[Request], options: CrawlOptions) -> Plan:
     return plan
 
 
-def schedule(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
+def schedule(state: CrawlRegistry, frontier: Frontier, crawl_id: str, requests: Iterable[Request],
              options: CrawlOptions, known: KnownSeen | None = None) -> int:
     """Filter, dedupe atomically and queue new requests in the frontier; returns how many were new."""
     return len(schedule_new(state, frontier, crawl_id, requests, options, known))
@@ -98,7 +96,7 @@ def _known(known: KnownSeen | None) -> KnownSeen:
     return runtime.current().caches.known
 
 
-def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requests: Iterable[Request],
+def schedule_new(state: CrawlRegistry, frontier: Frontier, crawl_id: str, requests: Iterable[Request],
                  options: CrawlOptions, known: KnownSeen | None = None) -> list[Request]:
     """``schedule``, returning the requests that were new (the parse stage keeps them with their page)."""
     status, generation = state.state_and_generation(crawl_id)
@@ -120,7 +118,7 @@ def schedule_new(state: RedisState, frontier: RedisFrontier, crawl_id: str, requ
     return enqueue(state, frontier, crawl_id, reqs, options, key, known)
 
 
-def enqueue(state: RedisState, frontier: RedisFrontier, crawl_id: str, reqs: list[Request], options: CrawlOptions,
+def enqueue(state: CrawlRegistry, frontier: Frontier, crawl_id: str, reqs: list[Request], options: CrawlOptions,
             key: str = "", known: KnownSeen | None = None) -> list[Request]:
     """Dedupe atomically and queue requests already in scope, with their tickets; returns the new ones.
     Those seen are remembered in ``known`` under ``key`` (the crawl and its generation), if given."""
@@ -161,7 +159,7 @@ class KnownSeen:
             self._size = 0
 
 
-def drop_known(state: RedisState, crawl_id: str, reqs: list[Request], key: str = "",
+def drop_known(state: CrawlRegistry, crawl_id: str, reqs: list[Request], key: str = "",
                known: KnownSeen | None = None) -> list[Request]:
     """Requests without the ones whose fingerprint is already seen (counted as duplicates):
     first against what this process knows (under ``key``: the crawl and its generation), then the
@@ -181,14 +179,15 @@ def drop_known(state: RedisState, crawl_id: str, reqs: list[Request], key: str =
     return unknown
 
 
-def bloom_of(state: RedisState, crawl_id: str, options: CrawlOptions) -> BloomFilter | None:
+def bloom_of(state: CrawlRegistry, crawl_id: str, options: CrawlOptions) -> SeenFilter | None:
     """The crawl's Bloom filter when it dedupes with one."""
     if options.dedupe != "bloom":
         return None
     return state.bloom_filter(crawl_id, options.bloom_capacity, options.bloom_error_rate)
 
 
-def drop_recently_visited(state: RedisState, options: CrawlOptions, reqs: list[Request], plan: Plan) -> list[Request]:
+def drop_recently_visited(state: CrawlRegistry, options: CrawlOptions, reqs: list[Request],
+                          plan: Plan) -> list[Request]:
     """Requests whose page an earlier crawl of the same spider stored less than visit_ttl ago are cut."""
     stamps = state.visited_at(options.spider, [r.fp for r in reqs])
     cutoff = time.time() - options.visit_ttl

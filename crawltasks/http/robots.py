@@ -1,6 +1,6 @@
-"""robots.txt, obeyed by default: fetched once per host by one worker, cached in Redis with a TTL,
-parsed with protego (and kept parsed per process, in ``ProcessCaches.robots``). Crawl-delay feeds
-the host's shared delay.
+"""robots.txt, obeyed by default: fetched once per host by one worker, shared by every worker with a
+TTL (the runtime's ``RobotsCache``: Redis), parsed with protego (and kept parsed per process, in
+``ProcessCaches.robots``). Crawl-delay feeds the host's shared delay.
 
 A fetch engine asks without waiting (``known``); the one worker that wins ``lock`` fetches the file
 under the host's politeness gate like any request and ``store``s it; the others look again later."""
@@ -15,8 +15,6 @@ from dataclasses import replace
 from protego import Protego
 
 from .. import logs, runtime
-from ..backends.redis.keys import Keys
-from ..backends.redis.registry import RedisState
 from ..models import Request
 from ..settings import CrawlOptions
 from ..urls import host_key
@@ -25,6 +23,7 @@ from .fetch import fetch_one
 ALLOW, DENY, WAIT = "allow", "deny", "wait"
 ERROR_TTL = 600  # seconds an unreachable robots.txt counts as "allow all" before it is asked again
 MAX_ROBOTS_SIZE = 512 * 1024
+LOCK_TTL = 60  # seconds a worker may take to download a robots.txt before another may try
 
 
 def origin_of(url: str) -> str:
@@ -34,12 +33,10 @@ def origin_of(url: str) -> str:
 
 
 class Robots:
-    """robots.txt rules for one crawl's requests, shared through Redis. ``rt`` is the process's
-    runtime, whose parsed rules and transport it uses (by default ``runtime.current()``)."""
+    """robots.txt rules for one crawl's requests. ``rt`` is the process's runtime, whose shared texts
+    (``rt.robots``), parsed rules and transport it uses (by default ``runtime.current()``)."""
 
-    def __init__(self, state: RedisState, options: CrawlOptions, agent: str = "crawltasks",
-                 rt: runtime.Runtime | None = None) -> None:
-        self.state = state
+    def __init__(self, options: CrawlOptions, agent: str = "crawltasks", rt: runtime.Runtime | None = None) -> None:
         self.options = options
         self.agent = agent
         self.rt = rt or runtime.current()
@@ -67,19 +64,19 @@ class Robots:
         return list(rules.sitemaps) if rules is not None else []
 
     def known(self, origin: str) -> Protego | None:
-        """The origin's rules if this process or Redis has them; never downloads."""
+        """The origin's rules if this process or the shared cache has them; never downloads."""
         cached = self._parsed.get(origin)
         if cached and cached[0] > time.monotonic():
             return cached[1]
-        text = self.state.r.get(Keys.robots(origin))
+        text = self.rt.robots.text(origin)
         return None if text is None else self._remember(origin, text)
 
     def lock(self, origin: str) -> bool:
         """True if this caller is now the one to download the origin's robots.txt."""
-        return bool(self.state.r.set(Keys.robots_lock(origin), "1", nx=True, ex=60))
+        return self.rt.robots.lock(origin, LOCK_TTL)
 
     def unlock(self, origin: str) -> None:
-        self.state.r.delete(Keys.robots_lock(origin))
+        self.rt.robots.unlock(origin)
 
     def rules(self, origin: str, wait: float = 0.0) -> Protego | None:
         """The origin's rules, downloading them here if nobody else is (outside any gate: only for
@@ -98,8 +95,8 @@ class Robots:
                 return None
             time.sleep(0.1)
 
-    def _remember(self, origin: str, text: str | bytes) -> Protego:
-        rules = Protego.parse(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+    def _remember(self, origin: str, text: str) -> Protego:
+        rules = Protego.parse(text)
         if len(self._parsed) > 1024:
             self._parsed.clear()
         self._parsed[origin] = (time.monotonic() + 300, rules)
@@ -117,5 +114,5 @@ class Robots:
             logs.event("robots.unreachable", logging.WARNING, url=f"{origin}/robots.txt", reason=fetched.error,
                        allow_all_for=ERROR_TTL)
             text, ttl = "", ERROR_TTL
-        self.state.r.set(Keys.robots(origin), text, ex=ttl)
+        self.rt.robots.put(origin, text, ttl)
         return text

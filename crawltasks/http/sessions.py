@@ -1,11 +1,12 @@
-"""Sessions: the cookies sites set, kept per crawl in Redis and sent back by every worker.
+"""Sessions: the cookies sites set, kept per crawl for every worker (the runtime's ``CookieJars``:
+Redis) and sent back by each.
 
 A crawl with ``cookie_jar`` on (a spider with ``cookies = True``, or the crawl option ``cookies=True``)
-has one jar, ``Keys.cookies``: each cookie a JSON field, plus a version ``v`` bumped at every change.
-Matching is http.cookiejar's, as browsers do it (domain, path, secure, expiry). Each process keeps
-the jar as a CookieJar (in ``ProcessCaches.jars``) and reloads it (one HGETALL) only when the
-version moved; what a request costs is one HGET of that version. Set-Cookie answers of every hop,
-redirects included, are written back in one MULTI. The fetch thread learns its crawl's jar from
+has one jar: each cookie a JSON field, plus a version bumped at every change. Matching is
+http.cookiejar's, as browsers do it (domain, path, secure, expiry). Each process keeps the jar as a
+CookieJar (in ``ProcessCaches.jars``) and reloads it only when the version moved; what a request
+costs is one read of that version (Redis: one HGET). Set-Cookie answers of every hop, redirects
+included, are written back at once (one MULTI). The fetch thread learns its crawl's jar from
 ``using`` (the fetch engine sets it).
 """
 
@@ -18,16 +19,14 @@ from collections.abc import Iterator
 from http.cookiejar import Cookie, CookieJar
 from typing import TYPE_CHECKING, Any
 
-import redis
 import requests
 from requests.cookies import extract_cookies_to_jar, get_cookie_header
 
-from ..backends.redis.keys import Keys
+from ..ports import CookieJars
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-VERSION = "v"  # the jar's field that counts its changes
 ATTRS = ("version", "name", "value", "port", "port_specified", "domain", "domain_specified", "domain_initial_dot",
          "path", "path_specified", "secure", "expires", "discard", "comment", "comment_url", "rfc2109")
 _local = threading.local()
@@ -60,25 +59,24 @@ class _Recorder(CookieJar):
 
 
 class SharedJar:
-    """One crawl's cookie jar in this process, kept in step with Redis."""
+    """One crawl's cookie jar in this process, kept in step with the shared one in ``jars``."""
 
-    def __init__(self, r: redis.Redis, crawl_id: str) -> None:
-        self.r, self.key = r, Keys.cookies(crawl_id)
-        self.version: bytes | None = None
+    def __init__(self, jars: CookieJars, crawl_id: str) -> None:
+        self.jars, self.crawl_id = jars, crawl_id
+        self.version: str | None = None
         self.jar = CookieJar()
         self._lock = threading.Lock()
 
     def current(self) -> CookieJar:
-        """The jar as Redis has it now: one HGET, and an HGETALL when it changed."""
-        version = self.r.hget(self.key, VERSION)
+        """The jar as shared now: its version read, and the whole jar when that moved."""
+        version = self.jars.version(self.crawl_id)
         if version != self.version:
             with self._lock:
-                raw = self.r.hgetall(self.key)
+                version, cookies = self.jars.load(self.crawl_id)
                 jar = CookieJar()
-                for name, value in raw.items():
-                    if name != VERSION.encode():
-                        jar.set_cookie(from_json(value))
-                self.jar, self.version = jar, raw.get(VERSION.encode())
+                for value in cookies.values():
+                    jar.set_cookie(from_json(value))
+                self.jar, self.version = jar, version
         return self.jar
 
     def apply(self, prepared: requests.PreparedRequest) -> None:
@@ -97,17 +95,11 @@ class SharedJar:
         cookies = list(found)
         if not cookies and not found.deleted:
             return
-        pipe = self.r.pipeline(transaction=True)
-        if cookies:
-            pipe.hset(self.key, mapping={field_of(c.domain, c.path, c.name): to_json(c) for c in cookies})
-        if found.deleted:
-            pipe.hdel(self.key, *found.deleted)
-        pipe.hincrby(self.key, VERSION, 1)
-        pipe.execute()
+        self.jars.save(self.crawl_id, {field_of(c.domain, c.path, c.name): to_json(c) for c in cookies}, found.deleted)
 
 
 def jar_of(rt: Runtime, crawl_id: str) -> SharedJar:
-    """The crawl's jar in this process, on its runtime's Redis (made on first use; a forked child,
+    """The crawl's jar in this process, on its runtime's jars (made on first use; a forked child,
     which has a runtime of its own, makes its own)."""
     jars = rt.caches.jars
     with rt.caches.jars_lock:
@@ -115,7 +107,7 @@ def jar_of(rt: Runtime, crawl_id: str) -> SharedJar:
         if jar is None:
             if len(jars) > 256:
                 jars.clear()
-            jar = jars[crawl_id] = SharedJar(rt.state.r, crawl_id)
+            jar = jars[crawl_id] = SharedJar(rt.cookies, crawl_id)
         return jar
 
 

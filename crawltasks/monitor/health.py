@@ -1,7 +1,7 @@
 """Is each service reachable? Probes with short timeouts, so that a service that is down is named in
-one line within seconds instead of a client library retrying silently for minutes; and a shared
-record of outages (in Redis), so that ``stats``, ``list`` and the progress line say what a crawl
-waits for.
+one line within seconds instead of a client library retrying silently for minutes; and how the
+shared record of outages (the runtime's ``Outages``: Redis) reads, so that ``stats``, ``list`` and the
+progress line say what a crawl waits for.
 
 A probe never raises: it returns a ``Problem`` (the service, its address without password, and what
 went wrong) or None.
@@ -13,13 +13,10 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ServiceError
 from ..settings import ENV_BROKER, ENV_MONGO, ENV_REDIS, Settings
-
-if TYPE_CHECKING:  # the command imports this module first thing: clients are imported when probed
-    import redis
 
 PROBE_TIMEOUT = 3.0  # seconds a probe waits for an answer
 
@@ -121,27 +118,7 @@ def check_services(settings: Settings) -> list[Problem]:
         return [p for p in pool.map(lambda probe: probe(), probes) if p is not None]
 
 
-# --- outages seen by workers, shared through Redis ------------------------------------------------
-def record_outage(client: redis.Redis, service: str) -> None:
-    """A worker could not reach ``service`` (it retries by itself): note since when, once."""
-    from ..backends.redis.keys import Keys
-
-    client.hsetnx(Keys.outages, service, time.time())
-
-
-def clear_outage(client: redis.Redis, service: str) -> None:
-    from ..backends.redis.keys import Keys
-
-    client.hdel(Keys.outages, service)
-
-
-def outages(client: redis.Redis) -> dict[str, float]:
-    """Services some worker cannot reach now -> since when (epoch seconds)."""
-    from ..backends.redis.keys import Keys
-
-    return {k.decode(): float(v) for k, v in client.hgetall(Keys.outages).items()}
-
-
+# --- outages seen by workers (``rt.outages``) ------------------------------------------------------
 def stalled_line(down: dict[str, float]) -> str:
     """``stalled: MongoDB unreachable since 12:03:04`` (empty when nothing is down)."""
     if not down:

@@ -71,7 +71,7 @@ def check_failure_rate(rt: Runtime, crawl_id: str, url: str, threshold: float) -
     """Alert once when failed / (stored + failed) over the last WINDOW s reaches ``threshold``."""
     meta = rt.state.crawl_meta(crawl_id)
     started = float(meta["started_at"]) if "started_at" in meta else None
-    _, [window] = rt.state.recent([crawl_id], WINDOW, [started])
+    _, [window] = rt.activity.recent([crawl_id], WINDOW, [started])
     rate = window.failure_rate
     if rate is None or window.stored + window.failed < MIN_OUTCOMES or rate < threshold:
         return False

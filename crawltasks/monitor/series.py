@@ -132,3 +132,32 @@ def clip(buckets: Sequence[Bucket], start: float | None, end: float | None) -> l
         hi = min(b.start + b.width, end) if end else b.start + b.width
         out.append(Bucket(lo, hi - lo, b.stored, b.failed, b.skipped) if hi - lo >= 1.0 else b)
     return out
+
+
+def record(raw: dict[str, str], now: float, stored: int, failed: int, skipped: int) -> None:
+    """Count outcomes done at ``now`` into a series hash held in memory, as FINISH does in Redis (the
+    twin registry's write; ``lua.FINISH`` is the one that runs on Redis): the ring slot of the bucket,
+    restarted if it held an older one, and the life bucket, merging pairs while the crawl outgrows ``LIFE``."""
+    now = int(now)  # Redis' TIME seconds
+    b = now // WIDTH
+    slot = f"r{b % RING}"
+    cur = _ints(raw[slot]) if slot in raw else [b - 1, 0, 0, 0]
+    s, f, k = cur[1:] if cur[0] == b else (0, 0, 0)
+    raw[slot] = f"{b} {s + stored} {f + failed} {k + skipped}"
+    if "t0" not in raw:
+        raw["t0"], raw["w"] = str(b * WIDTH), str(WIDTH)
+    t0, w = int(float(raw["t0"])), int(float(raw["w"]))
+    while (now - t0) // w >= LIFE:  # outgrown: neighbours merge in pairs, the width doubles
+        merged: dict[int, list[int]] = {}
+        for j in range(LIFE):
+            value = raw.pop(f"l{j}", None)
+            if value is not None:
+                m = merged.setdefault(j // 2, [0, 0, 0])
+                for n, x in enumerate(_ints(value)):
+                    m[n] += x
+        raw.update({f"l{h}": " ".join(map(str, m)) for h, m in merged.items()})
+        w *= 2
+        raw["w"] = str(w)
+    field = f"l{(now - t0) // w}"
+    s, f, k = _ints(raw[field]) if field in raw else (0, 0, 0)
+    raw[field] = f"{s + stored} {f + failed} {k + skipped}"

@@ -98,7 +98,7 @@ def host_states(rt: Runtime, hosts: Iterable[str], limit: int | None = None) -> 
 def crawl_hosts(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, Any]) -> set[str]:
     """The seeds' hosts plus every host the crawl has scheduled requests for."""
     hosts = {host_key(u) for u in seeds if host_key(u)}
-    hosts.update(rt.state.crawl_hosts(crawl_id))
+    hosts.update(rt.activity.crawl_hosts(crawl_id))
     return hosts
 
 

@@ -34,16 +34,16 @@ from ..runtime import Runtime
 from ..settings import CrawlOptions
 from ..urls import host_key
 from ..worker.liveness import BEAT_EVERY, dead_after
-from .jobs import START_SLACK, Job, fetch_job, rank_of, take_turn
+from .asking import HIGH_HOLD, NextAsk, next_ask, plan_asks
+from .jobs import START_SLACK, Job, fetch_job, take_turn
+from .latestarts import LateStarts
 from .outbox import Outbox, now_iso
 
 log = logging.getLogger("crawltasks")
 
-GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them back in the frontier
-TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told in the control thread's next
-# round trip (long before the host's next grant, a delay after its own); a later one asks the gate itself
+TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told by the late-starts thread
+# (long before the host's next grant, a delay after its own); a later one asks the gate itself
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
-HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
 RENEW_EVERY = BEAT_EVERY  # seconds between claiming the requests in hand again (the reclaimer's check)
 
@@ -60,10 +60,10 @@ class FetchEngine:
         self.blocked: dict[tuple[str, str], list[Job]] = defaultdict(list)  # (crawl, origin) -> jobs
         self.look_at: dict[tuple[str, str], float] = {}  # robots.txt fetched elsewhere: look again then
         self.outbox = Outbox(rt)  # sends through rt.sender
+        self.late_starts = LateStarts(rt.gate)
         self.gates: dict[str, CrawlGate] = {}
         self.robots: dict[str, Robots] = {}
         self.done_slots: list[tuple[str, str]] = []
-        self.late_starts: list[tuple[str, float]] = []  # (host, delay) of requests that went out late
         self.high_at: dict[str, float] = {}  # host -> when a high-priority request of it last started
         self.crawls_waiting: Counter[str] = Counter()  # crawl -> hosts with requests waiting here
         self.running = 0
@@ -107,8 +107,6 @@ class FetchEngine:
                 self._on_admit(*event[1:])
             elif kind == "done":
                 self._on_done(*event[1:])
-            elif kind == "started":
-                self.late_starts.append(event[1:])
             elif kind == "stop":
                 self._stopping.set()
         now = time.monotonic()
@@ -116,11 +114,13 @@ class FetchEngine:
         if now >= self.renew_at:
             self.renew_at = now + RENEW_EVERY
             self._renew()
+            self.ask_at = {key: at for key, at in self.ask_at.items() if at > now or key in self.waiting}
         self.outbox.flush(now, everything=self._stopping.is_set())
         if self._stopping.is_set():
             self._give_back_waiting()
             if self.running == 0:
                 self.outbox.flush(now, everything=True)
+                self.late_starts.stop()
                 return True
         return False
 
@@ -166,7 +166,7 @@ class FetchEngine:
     def _robots(self, crawl_id: str) -> Robots:
         robots = self.robots.get(crawl_id)
         if robots is None:
-            robots = self.robots[crawl_id] = Robots(self.rt.state, self._options(crawl_id), rt=self.rt)
+            robots = self.robots[crawl_id] = Robots(self._options(crawl_id), rt=self.rt)
         return robots
 
     def _gate(self, crawl_id: str) -> CrawlGate:
@@ -258,47 +258,43 @@ class FetchEngine:
     # --- the gate ---------------------------------------------------------------------------------------
     def _ask_gate(self, now: float) -> None:
         """One round trip: give back the slots of finished requests, ask for slots of waiting hosts."""
-        room, asking, asks = self.capacity - self.running, [], []
-        for host in [h for h, at in self.high_at.items() if at + HIGH_HOLD <= now]:
-            del self.high_at[host]
-        # crawls can wait here for the same host, or a high-priority start holds a host's other requests
-        shared = len(self.crawls_waiting) > 1 or bool(self.high_at)
-        best = self._best_priorities() if shared else {}
-        for key, jobs in self.waiting.items():  # never more slots than idle threads: a granted request starts now
-            if room <= 0:
-                break
-            if not jobs or self.ask_at.get(key, 0.0) > now:
-                continue
-            if shared and self._behind_higher(key, jobs[0], best, now):
-                continue
-            asking.append(key)
-            asks.append(self._gate(key[0]).slot_request(key[1], min(len(jobs), room)))
-            room -= asks[-1].want
-        if not asking and not self.done_slots and not self.late_starts:
+        self.high_at = {host: at for host, at in self.high_at.items() if at + HIGH_HOLD > now}
+        plan = plan_asks(self.waiting, self.ask_at, self.high_at, len(self.crawls_waiting),
+                         self.capacity - self.running, now)
+        self.ask_at.update(plan.held_until)
+        asks = [self._gate(crawl_id).slot_request(host, want) for (crawl_id, host), want in plan.asks]
+        if not asks and not self.done_slots:
             return
         asked_at = time.monotonic()  # no slot of this call is granted before: a late start counts from here
-        replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after(), self.late_starts)
-        self.done_slots, self.late_starts = [], []
+        replies = self.rt.gate.exchange(self.done_slots, asks, self.owner, dead_after())
+        self.done_slots = []
         granted_at = time.monotonic()
-        for key, ask, (tokens, wait_s, backoff_s, next_start) in zip(asking, asks, replies, strict=True):
-            self._gate(key[0]).backed_off[key[1]] = backoff_s > 0  # good answers are reported only then
+        for (key, _), ask, grant in zip(plan.asks, asks, replies, strict=True):
+            self._gate(key[0]).backed_off[key[1]] = grant.backoff > 0  # good answers are reported only then
             jobs = self.waiting[key]
-            for token in tokens:
-                self.running += 1
-                job = jobs.popleft()
-                if job.robots is None:
-                    self.flying.add((job.crawl_id, job.request.lease))
-                    if job.request.priority == "high":
-                        self.high_at[job.host] = granted_at
-                on_send = self._on_send(job.host, ask.delay + backoff_s, asked_at, next_start)
-                self.pool.submit(fetch_job, self.events, job, token, self._options(job.crawl_id),
-                                 self._robots(job.crawl_id), on_send)
-            if not jobs:
-                self._drop_queue(key)
-            elif not tokens and wait_s > GIVE_BACK_AFTER:
-                self._give_back(key, wait_s)
-            else:
-                self.ask_at[key] = now + (max(wait_s, 0.005) if not tokens else 0.0)
+            for token in grant.tokens:
+                self._start(jobs.popleft(), token, ask.delay + grant.backoff, asked_at, grant.next_start, granted_at)
+            self._carry_out(key, next_ask(len(jobs), ask.delay, grant, now, granted_at))
+
+    def _start(self, job: Job, token: str, delay: float, asked_at: float, next_start: float,
+               granted_at: float) -> None:
+        """A job granted its slot goes to a fetch thread."""
+        self.running += 1
+        if job.robots is None:
+            self.flying.add((job.crawl_id, job.request.lease))
+            if job.request.priority == "high":
+                self.high_at[job.host] = granted_at
+        on_send = self._on_send(job.host, delay, asked_at, next_start)
+        self.pool.submit(fetch_job, self.events, job, token, self._options(job.crawl_id),
+                         self._robots(job.crawl_id), on_send)
+
+    def _carry_out(self, key: tuple[str, str], then: NextAsk) -> None:
+        if then.drop:
+            self._drop_queue(key)
+        if then.give_back > 0:
+            self._give_back(key, then.give_back)
+        if then.ask_at is not None:
+            self.ask_at[key] = then.ask_at
 
     def _on_send(self, host: str, delay: float, asked_at: float, next_start: float) -> Callable[[bool], None]:
         """What a fetch thread does as its request goes out, so that the spacing holds where the site
@@ -307,8 +303,8 @@ class FetchEngine:
         A request that reaches the wire late by TELL_LATE_WITHIN or more asks the gate for its turn
         again before its first byte (it goes now if no start was granted after its own, else a delay
         after that one). Once it is out, a late start moves the host's next start to a delay from now:
-        through the control thread's next round trip when it is a little late (the host's next grant
-        is a delay after its own, far off), else at once."""
+        through the late-starts thread when it is a little late (the host's next grant is a delay
+        after its own, far off), else at once."""
         held = [asked_at, next_start]  # when this request may start (here), the next start it set (gate)
 
         def on_send(done: bool) -> None:
@@ -316,34 +312,13 @@ class FetchEngine:
             if delay <= 0 or late <= START_SLACK:
                 return
             if done and late < TELL_LATE_WITHIN:
-                self.events.put(("started", host, delay))
+                self.late_starts.tell(host, delay)
             elif late >= TELL_LATE_WITHIN:
                 try:
                     self.rt.gate.started(host, delay) if done else take_turn(self.rt.gate, host, delay, held)
                 except redis.RedisError as exc:  # the request is not at fault: it goes on
                     log.warning("could not move %s's next start: %r", host, exc)
         return on_send
-
-    def _behind_higher(self, key: tuple[str, str], first: Job, best: dict[str, int], now: float) -> bool:
-        """True when another crawl's higher-priority requests for the same host go first: they
-        wait here, or one started less than HIGH_HOLD ago (more may be on their way)."""
-        rank = rank_of(first)
-        if rank > best[key[1]]:
-            return True
-        held = self.high_at.get(key[1], -HIGH_HOLD) + HIGH_HOLD
-        if rank > 0 and held > now:
-            self.ask_at[key] = held
-            return True
-        return False
-
-    def _best_priorities(self) -> dict[str, int]:
-        """Per host, the best priority waiting here: a host shared by crawls (or waiting with
-        requests of several priorities) starts its high-priority requests first."""
-        best: dict[str, int] = {}
-        for (_, host), jobs in self.waiting.items():
-            if jobs:
-                best[host] = min(best.get(host, 9), rank_of(jobs[0]))
-        return best
 
     def _give_back(self, key: tuple[str, str], hold: float) -> None:
         """A host held for long (Retry-After, back-off): its requests wait in the frontier, not here."""

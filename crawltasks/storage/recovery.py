@@ -40,8 +40,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .. import logs
-from ..backends.redis.keys import Keys
-from ..backends.redis.registry import GENERATION
 from ..frontier.queues import PRIORITY_CODES, PRIORITY_NAMES, decode, encode
 from ..frontier.schedule import bloom_of, enqueue
 from ..models import Parsed, Request
@@ -134,8 +132,7 @@ def rebuild_if_lost(rt: Runtime, crawl_id: str, options: dict[str, Any], seeds: 
     all_seeds = list(dict.fromkeys([*seeds, *((record or {}).get("seeds") or [])]))
     state.delete_crawl(crawl_id)  # what workers wrote after the loss goes with it
     state.create_crawl(crawl_id, saved, all_seeds)
-    state.r.hset(Keys.meta(crawl_id), mapping={GENERATION: time.time(),
-                                                **({"started_at": record["started_at"]} if record else {})})
+    state.mark_rebuilt(crawl_id, record["started_at"] if record else None)
     opts = rt.forget_options(crawl_id)
     done = restore_done(rt, crawl_id, opts)
     edge = restore_edge(rt, crawl_id, opts, all_seeds)
@@ -162,11 +159,8 @@ def restore_done(rt: Runtime, crawl_id: str, opts: CrawlOptions) -> int:
 
     def flush() -> None:
         fps = [fp for _, _, group in batch for fp in group]
-        pipe = rt.state.r.pipeline(transaction=False)
-        if bloom is None:
-            pipe.sadd(Keys.seen(crawl_id), *fps)
-        pipe.hset(Keys.outcome(crawl_id), mapping={ticket: outcome for ticket, outcome, _ in batch})
-        pipe.execute()
+        rt.state.restore_outcomes(crawl_id, [(ticket, outcome) for ticket, outcome, _ in batch],
+                                  fps if bloom is None else [])
         if bloom is not None:
             bloom.check_and_add(fps)
         batch.clear()
@@ -179,7 +173,7 @@ def restore_done(rt: Runtime, crawl_id: str, opts: CrawlOptions) -> int:
     if batch:
         flush()
     total = sum(counts.values())
-    rt.state.r.hset(Keys.stats(crawl_id), mapping={**counts, "scheduled": total, "pending": 0})
+    rt.state.restore_counts(crawl_id, {**counts, "scheduled": total, "pending": 0})
     return total
 
 

@@ -94,7 +94,7 @@ def crawl_rows(rt: Runtime, limit: int = LIST_LIMIT) -> tuple[list[Row], int]:
     ids = rt.state.crawl_ids()
     shown = ids[::-1][:limit]
     stats = [Crawl(c, rt).stats() for c in shown]
-    _, windows = rt.state.recent(shown, NOW_WINDOW, [s.get("started_at") for s in stats])
+    _, windows = rt.activity.recent(shown, NOW_WINDOW, [s.get("started_at") for s in stats])
     return [make_row(s, w, spider_of(rt, s["crawl_id"])) for s, w in zip(stats, windows, strict=True)], len(ids)
 
 
@@ -159,14 +159,14 @@ def crawl_detail(rt: Runtime, crawl_id: str) -> Detail | None:
     if not meta:
         return None
     stats = Crawl(crawl_id, rt).stats()
-    now, [window] = rt.state.recent([crawl_id], NOW_WINDOW, [stats.get("started_at")])
+    now, [window] = rt.activity.recent([crawl_id], NOW_WINDOW, [stats.get("started_at")])
     options = json.loads(meta.get("options") or "{}")
     seeds = json.loads(meta.get("seeds") or "[]")
     failures = failure_counts(rt, crawl_id)
     recent = rt.storage.latest(PAGES, crawl_id, SLOW_SAMPLE,
                                ["url", "status", "title", "depth", "size", "elapsed", "fetched_at"])
     hosts, host_count = host_table(rt, crawl_id, seeds, options, now)
-    raw = rt.state.series(crawl_id)
+    raw = rt.activity.series(crawl_id)
     return Detail(
         row=make_row(stats, window, str(options.get("spider", "?"))), stats=stats, seeds=redact(seeds),
         options={k: options[k] for k in SHOWN_OPTIONS if options.get(k) is not None}
@@ -186,8 +186,8 @@ def host_table(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, 
     names = sorted(crawl_hosts(rt, crawl_id, seeds, options))
     default_limit = int(options.get("host_concurrency") or 0)
     gate = {h.host: h for h in host_states(rt, names)}
-    frontier = rt.frontier.host_rows(crawl_id, names)
-    done = rt.state.host_done(crawl_id, names)
+    frontier = rt.frontier.host_rows(crawl_id, names)  # RedisFrontier's
+    done = rt.activity.host_done(crawl_id, names)
     rows = []
     for host in names:
         queued, in_flight, next_ms, limits = frontier[host]

@@ -141,7 +141,7 @@ class Health(BaseHandler):
 
     async def get(self) -> None:
         try:
-            await self.run(self.rt.state.r.ping)
+            await self.run(self.rt.outages.ping)  # the store of the shared tables: Redis
         except Exception as exc:  # noqa: BLE001 - any failure is the answer
             raise web.HTTPError(503, reason=f"Redis: {type(exc).__name__}") from None
         self.write("ok\n")

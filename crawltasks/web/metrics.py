@@ -47,7 +47,7 @@ class CrawlCollector:
     def shown(self) -> list[dict[str, Any]]:
         """``Crawl.stats()`` of every crawl not finished, or finished within ``keep_finished`` s."""
         state = self.rt.state
-        now, ids = state.now(), state.crawl_ids()
+        now, ids = self.rt.activity.now(), state.crawl_ids()
         return [Crawl(crawl_id, self.rt).stats() for crawl_id, finished_at in zip(ids, state.finished_times(ids),
                                                                                   strict=True)
                 if finished_at is None or now - finished_at <= self.keep_finished]
@@ -65,7 +65,7 @@ class CrawlCollector:
     def collect(self) -> Iterator[Metric]:
         rt, crawls = self.rt, self.shown()
         ids = [s["crawl_id"] for s in crawls]
-        _, windows = rt.state.recent(ids, NOW_WINDOW, [s.get("started_at") for s in crawls])
+        _, windows = rt.activity.recent(ids, NOW_WINDOW, [s.get("started_at") for s in crawls])
         counters = {field: CounterMetricFamily(name, text, labels=["crawl_id"]) for field, name, text in COUNTERS}
         failed = CounterMetricFamily("crawltasks_requests_failed", "Requests that failed for good, by reason.",
                                      labels=["crawl_id", "reason"])

@@ -20,7 +20,6 @@ from celery import signals
 from .. import runtime
 from ..frontier.queues import decode
 from ..models import Fetched, Parsed
-from ..monitor.health import clear_outage, record_outage
 from ..stages.admit import admit_stage
 from ..stages.parsing import parse_stage
 from ..stages.storing import store_stage
@@ -137,7 +136,7 @@ def stop_services() -> None:
     rt.heartbeat.stop()
 
 
-# --- outages seen here, shown by stats and the progress line (crawltasks.monitor.health) ------------------
+# --- outages seen here (rt.outages), shown by stats and the progress line ---------------------------------
 MONGO_OUTAGES = tuple(e for e in OUTAGES if e.__module__.startswith("pymongo"))
 _outage_noted = threading.Event()
 
@@ -147,7 +146,7 @@ def _on_retry(reason: object = None, **_: object) -> None:
     """A task that cannot reach MongoDB waits and retries by itself: say since when, for everyone."""
     if isinstance(getattr(reason, "exc", reason), MONGO_OUTAGES):  # autoretry's reason is a Retry
         with contextlib.suppress(redis.exceptions.RedisError):
-            record_outage(runtime.current().state.r, "MongoDB")
+            runtime.current().outages.record("MongoDB")
             _outage_noted.set()
 
 
@@ -156,7 +155,7 @@ def _on_success(sender: Any = None, **_: object) -> None:
     if _outage_noted.is_set() and sender is store:  # the store answers again
         _outage_noted.clear()
         with contextlib.suppress(redis.exceptions.RedisError):
-            clear_outage(runtime.current().state.r, "MongoDB")
+            runtime.current().outages.clear("MongoDB")
 
 
 @signals.worker_ready.connect

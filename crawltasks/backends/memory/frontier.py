@@ -58,6 +58,7 @@ class MemoryFrontier:
         self.seen: dict[str, set[str]] = {}
         self.counters: dict[str, dict[str, int]] = {}
         self.host_counts: dict[str, dict[str, int]] = {}
+        self.hosts: dict[str, set[str]] = {}  # crawl -> hosts of its requests ("name:port"), as Keys.hosts
         self.queues: dict[tuple[str, str], dict[str, deque[Request]]] = {}
         self.ready: dict[str, dict[str, float]] = {}  # crawl -> host -> time it may be fetched
         self.next_at: dict[tuple[str, str], float] = {}
@@ -87,6 +88,7 @@ class MemoryFrontier:
             verdict = NEW if counted else self._verdict(crawl_id, req, caps, seen, bloom)
             if verdict == NEW:
                 host = host_key(req.url)
+                self.hosts.setdefault(crawl_id, set()).add(host)
                 if not counted:
                     self._mark_seen(req.fp, seen, bloom)
                     per_host[host] = per_host.get(host, 0) + 1
@@ -239,6 +241,11 @@ class MemoryFrontier:
     @_atomic
     def set_limits(self, crawl_id: str, host: str, policy: HostPolicy) -> None:
         self.limits[(crawl_id, host)] = policy
+
+    def host_of(self, crawl_id: str, lease: str) -> str | None:
+        """The host of a claimed request (FINISH reads it from the claim), None when not claimed."""
+        c = self.claims.get(crawl_id, {}).get(lease)
+        return host_key(c.request.url) if c is not None else None
 
     @_atomic
     def release(self, crawl_id: str, leases: Sequence[str]) -> None:

@@ -1,5 +1,5 @@
 """The shared per-host gate in memory: the twin of ``RedisGate``, the Lua of ``crawltasks.backends.redis.lua``
-(ACQUIRE_HOST, HOST_FEEDBACK, HOST_STARTED, LATE_START) step by step in Python, in milliseconds as there.
+(GATE_EXCHANGE, HOST_FEEDBACK, HOST_STARTED, LATE_START) step by step in Python, in milliseconds as there.
 Contract: ``tests/test_gate_contract.py``. Time comes from ``clock`` (seconds), heartbeats from
 ``beats`` (owner -> the clock's time of its last beat: the twin of ``Keys.workers``)."""
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ...ports import Grant, HostGate, HostLoad, SlotRequest
 
-FULL_WAIT_MS = 25  # what ACQUIRE_HOST says to wait when every slot is held
+FULL_WAIT_MS = 25  # what GATE_EXCHANGE says to wait when every slot of a host is held
 MIN_BACKOFF_MS, MAX_BACKOFF_MS = 1000, 300_000
 FORGET_BACKOFF_MS = 100  # a back-off halved below this is gone
 
@@ -56,19 +56,19 @@ class MemoryGate(HostGate):
                  started: Sequence[tuple[str, float]] = ()) -> list[Grant]:
         prefix = f"{owner}|" if owner else ""
         with self._lock:
+            now = self._now()  # read once, as the script reads Redis' clock
             for host, delay in started:
-                self._started(host, delay)
+                self._started(host, delay, now)
             for host, token in release:
                 self.hosts.get(host, _Host()).slots.pop(token, None)
             out = []
             for req in requests:
                 tokens = [f"{prefix}m{next(self._seq)}" for _ in range(max(1, req.want))]
-                out.append(self._acquire(req, tokens, int(dead_after * 1000)))
+                out.append(self._acquire(req, tokens, int(dead_after * 1000), now))
             return out
 
-    def _acquire(self, req: SlotRequest, tokens: list[str], dead_ms: int) -> Grant:
-        """ACQUIRE_HOST."""
-        now = self._now()
+    def _acquire(self, req: SlotRequest, tokens: list[str], dead_ms: int, now: int) -> Grant:
+        """An ask of GATE_EXCHANGE."""
         h = self._host(req.host, now)
         extra = h.backoff
         for token in [t for t, end in h.slots.items() if end <= now]:
@@ -116,12 +116,11 @@ class MemoryGate(HostGate):
 
     def started(self, host: str, delay: float) -> None:
         with self._lock:
-            self._started(host, delay)
+            self._started(host, delay, self._now())
 
-    def _started(self, host: str, delay: float) -> None:
+    def _started(self, host: str, delay: float, now: int) -> None:
         """HOST_STARTED."""
         if delay > 0:
-            now = self._now()
             h = self._host(host, now)
             h.next_at = max(h.next_at, now + int(delay * 1000))
 

@@ -1,5 +1,5 @@
 """The shared per-host gate in Redis (the ``HostGate`` port of ``crawltasks.ports``; its twin:
-``backends.memory.gate``). Each step is one Lua script of ``crawltasks.backends.redis.lua`` (ACQUIRE_HOST,
+``backends.memory.gate``). Each step is one Lua script of ``crawltasks.backends.redis.lua`` (GATE_EXCHANGE,
 HOST_FEEDBACK, HOST_STARTED, LATE_START), so every worker of every machine sees one gate; times are Redis' clock.
 """
 
@@ -15,15 +15,31 @@ import redis
 from ...ports import Grant, HostGate, HostLoad, SlotRequest
 from . import lua
 from .keys import Keys
-from .scripts import pipelined, register
+from .scripts import register
 
-_tokens = itertools.count()
+_exchanges = itertools.count()
 _TOKEN_PREFIX = uuid.uuid4().hex[:12]
 
 
-def _token() -> str:
-    """A slot token unique across processes and machines, without a system call per token."""
-    return f"{_TOKEN_PREFIX}:{os.getpid()}:{next(_tokens)}"
+def _token_prefix(owner: str) -> str:
+    """The tokens of one exchange are this and 1, 2, 3, ...: unique across exchanges, processes and
+    machines, without a system call or an argument per token."""
+    mine = f"{_TOKEN_PREFIX}:{os.getpid()}:{next(_exchanges)}."
+    return f"{owner}|{mine}" if owner else mine
+
+
+def _grants(reply: bytes, prefix: str) -> list[Grant]:
+    """GATE_EXCHANGE's three numbers per ask; its tokens are the prefix and 1, 2, 3, ... in order."""
+    numbers = iter(map(int, reply.split()))
+    grants, taken = [], 0
+    for n, wait_or_next, extra in zip(numbers, numbers, numbers, strict=True):
+        if not n:
+            grants.append(Grant([], wait_or_next / 1000, extra / 1000))
+            continue
+        grants.append(Grant([f"{prefix}{k}" for k in range(taken + 1, taken + n + 1)], 0.0, extra / 1000,
+                            wait_or_next / 1000))
+        taken += n
+    return grants
 
 
 class RedisGate(HostGate):
@@ -31,34 +47,27 @@ class RedisGate(HostGate):
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
-        self._acquire, self._feedback, self._started, self._late_start = register(
-            client, lua.ACQUIRE_HOST, lua.HOST_FEEDBACK, lua.HOST_STARTED, lua.LATE_START)
+        self._exchange, self._feedback, self._started, self._late_start = register(
+            client, lua.GATE_EXCHANGE, lua.HOST_FEEDBACK, lua.HOST_STARTED, lua.LATE_START)
+        self._names = [Keys.host_head, *Keys.host_tails]
 
     def exchange(self, release: Sequence[tuple[str, str]], requests: Sequence[SlotRequest],
                  owner: str = "", dead_after: float = 10.0,
                  started: Sequence[tuple[str, float]] = ()) -> list[Grant]:
-        """See ``HostGate.exchange``: a HOST_STARTED per late start, the ZREMs and an ACQUIRE_HOST
-        per request in one pipeline."""
-        started = [(host, delay) for host, delay in started if delay > 0]
-        if not release and not requests and not started:
+        """See ``HostGate.exchange``: one GATE_EXCHANGE call, its late starts, releases and asks one
+        string each (with an argument per item, packing them cost the client more than the rest)."""
+        if not release and not requests and not any(delay > 0 for _, delay in started):
             return []
-        prefix = f"{owner}|" if owner else ""
-        asks = [(req, [prefix + _token() for _ in range(max(1, req.want))]) for req in requests]
-
-        def build(pipe: redis.client.Pipeline) -> None:
-            for host, delay in started:
-                pipe.evalsha(self._started.sha, 1, Keys.host_next(host), int(delay * 1000))
-            for host, token in release:
-                pipe.zrem(Keys.host_slots(host), token)
-            for req, tokens in asks:
-                pipe.evalsha(self._acquire.sha, 4, Keys.host_slots(req.host), Keys.host_next(req.host),
-                             Keys.host_backoff(req.host), Keys.workers, req.limit, int(req.delay * 1000),
-                             int(req.lease * 1000), int(dead_after * 1000), *tokens)
-
-        replies = pipelined(self.r, build, self._acquire, self._started)
-        answers = zip(asks, replies[len(started) + len(release):], strict=True)
-        return [Grant(tokens[:int(granted)], int(wait_ms) / 1000.0, int(extra_ms) / 1000.0, int(next_ms) / 1000.0)
-                for (_, tokens), (granted, wait_ms, extra_ms, next_ms) in answers]
+        prefix = _token_prefix(owner)
+        grants = _grants(self._exchange(keys=[Keys.workers], args=[
+            *self._names, int(dead_after * 1000), prefix,
+            "\n".join([f"{int(delay * 1000)} {host}" for host, delay in started if delay > 0]),
+            "\n".join([f"{token} {host}" for host, token in release]),
+            "\n".join([f"{max(1, r.want)} {r.limit} {int(r.delay * 1000)} {int(r.lease * 1000)} {r.host}"
+                       for r in requests])]), prefix)
+        if len(grants) != len(requests):
+            raise ValueError(f"{len(requests)} asks, {len(grants)} answers: an ask the gate could not read")
+        return grants
 
     def feedback(self, host: str, slow: bool, wait: float = 0.0) -> float:
         args = ["slow", int(wait * 1000)] if slow else ["ok", 0]

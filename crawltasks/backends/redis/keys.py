@@ -1,5 +1,6 @@
 """Every Redis key name crawltasks uses, in one place. Keys of one crawl share the hash tag
-``{crawl_id}``, so every script that touches them stays valid on Redis Cluster."""
+``{crawl_id}``, so every script that touches them stays valid on Redis Cluster; the gate's exchange
+is the exception: its script names the keys of many hosts itself (one Redis instance only)."""
 
 from __future__ import annotations
 
@@ -39,17 +40,21 @@ class Keys:
     def body(crawl_id: str, ticket: str) -> str:  # LZ4-framed response body (backends.redis.bodies), with a TTL
         return f"{PREFIX}:{{{crawl_id}}}:body:{ticket}"
 
+    # a host's gate keys are host_head + host + a tail; GATE_EXCHANGE (lua.py) joins these parts itself
+    host_head = f"{PREFIX}:host:{{"
+    host_tails = ("}:slots", "}:next", "}:backoff")  # of host_slots, host_next, host_backoff
+
     @staticmethod
     def host_slots(host: str) -> str:  # zset token -> lease expiry (ms): requests in flight on host
-        return f"{PREFIX}:host:{{{host}}}:slots"
+        return Keys.host_head + host + Keys.host_tails[0]
 
     @staticmethod
     def host_next(host: str) -> str:  # earliest time (ms) the next request may start on host
-        return f"{PREFIX}:host:{{{host}}}:next"
+        return Keys.host_head + host + Keys.host_tails[1]
 
     @staticmethod
     def host_backoff(host: str) -> str:  # extra delay (ms) after 429/503 answers, decaying on success
-        return f"{PREFIX}:host:{{{host}}}:backoff"
+        return Keys.host_head + host + Keys.host_tails[2]
 
     @staticmethod
     def hosts(crawl_id: str) -> str:  # set of "host:port" the crawl has scheduled requests for
@@ -130,9 +135,13 @@ class Keys:
 
     # --- workers ---
     workers = f"{PREFIX}:workers"  # zset worker process id -> last heartbeat (ms)
-    outages = f"{PREFIX}:outages"  # hash service -> since when a worker cannot reach it (crawltasks.monitor.health)
+    outages = f"{PREFIX}:outages"  # hash service -> since when a worker cannot reach it (backends.redis.fleet)
     capacity = f"{PREFIX}:workers:capacity"  # hash worker id -> requests its fetch engine takes at once
-    dispatcher = f"{PREFIX}:dispatcher"  # the worker that dispatches now (a lock with a short TTL)
+    dispatcher = f"{PREFIX}:dispatcher"  # the worker that dispatches now: the leader lock "dispatcher"
+
+    @staticmethod
+    def leader(name: str) -> str:  # string with a short TTL: who holds the leader lock ``name`` (redis/fleet.py)
+        return f"{PREFIX}:{name}"
 
     active = f"{PREFIX}:active"  # set of crawls not finished: what the reclaimer looks at
 
@@ -147,3 +156,7 @@ class Keys:
     @staticmethod
     def visited(spider: str) -> str:  # zset fp -> last stored time, across crawls (visit_ttl), trimmed to it
         return f"{PREFIX}:visited:{spider}"
+
+    @staticmethod
+    def validators(spider: str) -> str:  # hash fp -> JSON [crawl id, ETag, Last-Modified, content hash] (revisit)
+        return f"{Keys.visited(spider)}:validators"

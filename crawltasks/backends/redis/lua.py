@@ -2,7 +2,8 @@
 (``backends.redis.gate``): each is one atomic state transition.
 
 Kept apart from the Python that calls them so each side stays readable; key names are built in
-``crawltasks.backends.redis.keys`` and passed in as KEYS.
+``crawltasks.backends.redis.keys`` and passed in as KEYS, but for GATE_EXCHANGE, which is given the
+parts of the host keys' names from there and joins them itself.
 """
 
 # KEYS: outcome, stats, meta, claims, series, host done. ARGV: the series' width, ring and life sizes
@@ -148,43 +149,82 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2])
 return 1
 """
 
-# KEYS: host slots, host next, host backoff, workers (heartbeats). ARGV: limit, delay_ms, lease_ms,
-# dead_ms, tokens... Grants free slots to as many tokens as it can (one at most when the host has a
-# delay). A token "<worker id>|<random>" whose worker has not beaten for dead_ms is freed when the
-# host is full: a worker that died mid-request holds its host no longer than its heartbeat says.
-# Returns {slots granted, milliseconds to wait before asking again when none was, the host's
-# back-off in ms (so that a worker reports good answers only to a host that is backed off), the
-# host's next start this grant set, in ms of the gate's clock (0 if none: what LATE_START is told)}.
-ACQUIRE_HOST = """
+# The shared per-host gate's exchange (RedisGate.exchange), in one call with one reading of the
+# clock: late starts, then slots given back, then each ask in turn.
+# KEYS: workers (heartbeats). ARGV: the parts of a host key's name (Keys.host_head, then the tails of
+# the host's slots, next and back-off keys), dead_ms, the token prefix, then three lists, one string
+# each, an item a line: the late starts "<delay_ms> <host>", the releases "<token> <host>", the asks
+# "<want> <limit> <delay_ms> <lease_ms> <host>". The host comes last, whatever it holds (a space, or
+# nothing: host_key's answer to a URL it cannot read), but a line break (urlsplit drops them); a token
+# holds no space. Three strings cost the client far less to send than an argument per item.
+# The host keys are named here (head .. host .. tail), not passed in KEYS: a design for one Redis
+# instance, not Redis Cluster.
+# A late start: the host's next start is now + delay_ms at least (as HOST_STARTED). A release: the
+# token leaves the host's slots. An ask: free slots go to up to want tokens (one at most when the
+# host has a delay, its own plus the back-off); a token "<worker id>|..." whose worker has not beaten
+# for dead_ms is freed when the host is full, so a worker that died mid-request holds its host no
+# longer than its heartbeat says. Granted tokens are the prefix and 1, 2, 3, ... counted across the
+# asks in order. Returns one string, three numbers per ask: the slots granted; if none, the ms to
+# wait before asking again, else the host's next start they set in ms of the gate's clock (0 when
+# the host has no delay; what LATE_START is told); the host's back-off in ms (a worker reports good
+# answers only to a host that is backed off).
+GATE_EXCHANGE = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local extra = tonumber(redis.call('GET', KEYS[3]) or '0')
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-if nxt > now then return {0, nxt - now, extra, 0} end
-local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
-if free <= 0 then
-  for _, token in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+local head, slots_tail, next_tail, backoff_tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local dead_ms, prefix, granted = tonumber(ARGV[5]), ARGV[6], 0
+for delay, host in string.gmatch(ARGV[7], '(%-?%d+) ([^\\n]*)') do
+  local key = head .. host .. next_tail
+  delay = tonumber(delay)
+  if delay > 0 and now + delay > tonumber(redis.call('GET', key) or '0') then
+    redis.call('SET', key, now + delay, 'PX', delay)
+  end
+end
+for token, host in string.gmatch(ARGV[8], '(%S+) ([^\\n]*)') do
+  redis.call('ZREM', head .. host .. slots_tail, token)
+end
+local function free_dead(slots)
+  for _, token in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
     local owner = string.match(token, '^(.*)|')
     if owner then
-      local beat = tonumber(redis.call('ZSCORE', KEYS[4], owner) or '0')
-      if beat < now - tonumber(ARGV[4]) then redis.call('ZREM', KEYS[1], token) end
+      local beat = tonumber(redis.call('ZSCORE', KEYS[1], owner) or '0')
+      if beat < now - dead_ms then redis.call('ZREM', slots, token) end
     end
   end
-  free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 end
-if free <= 0 then return {0, 25, extra, 0} end
-local delay = tonumber(ARGV[2]) + extra
-local n = math.min(free, #ARGV - 4)
-if delay > 0 then n = 1 end
-local lease = tonumber(ARGV[3])
-for i = 1, n do redis.call('ZADD', KEYS[1], now + lease, ARGV[4 + i]) end
-redis.call('PEXPIRE', KEYS[1], lease)
-if delay > 0 then
-  redis.call('SET', KEYS[2], now + delay, 'PX', delay)
-  return {n, 0, extra, now + delay}
+local function acquire(want, limit, delay, lease, host)
+  local slots, next_key = head .. host .. slots_tail, head .. host .. next_tail
+  local extra = tonumber(redis.call('GET', head .. host .. backoff_tail) or '0')
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local nxt = tonumber(redis.call('GET', next_key) or '0')
+  if nxt > now then return 0, nxt - now, extra end
+  local free = limit - redis.call('ZCARD', slots)
+  if free <= 0 then
+    free_dead(slots)
+    free = limit - redis.call('ZCARD', slots)
+  end
+  if free <= 0 then return 0, 25, extra end
+  delay = delay + extra
+  local n = math.min(free, math.max(1, want))
+  if delay > 0 then n = 1 end
+  for _ = 1, n do
+    granted = granted + 1
+    redis.call('ZADD', slots, now + lease, prefix .. granted)
+  end
+  redis.call('PEXPIRE', slots, lease)
+  if delay > 0 then
+    redis.call('SET', next_key, now + delay, 'PX', delay)
+    return n, now + delay, extra
+  end
+  return n, 0, extra
 end
-return {n, 0, extra, 0}
+local out = {}
+local ask = '(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ([^\\n]*)'
+for want, limit, delay, lease, host in string.gmatch(ARGV[9], ask) do
+  out[#out + 1] = string.format('%d %d %d', acquire(tonumber(want), tonumber(limit), tonumber(delay),
+                                                    tonumber(lease), host))
+end
+return table.concat(out, ' ')
 """
 
 # KEYS: host next, host backoff. ARGV: "slow" with a wait in ms (Retry-After or 0), or "ok".

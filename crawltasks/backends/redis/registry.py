@@ -1,7 +1,8 @@
 """The crawl state crawltasks keeps in Redis: the crawl registry, the dedupe set, the counters,
 retention, visits, monitoring and control (key names: ``crawltasks.backends.redis.keys``). Each state transition is
 one Lua script (in ``crawltasks.backends.redis.lua``), so it is atomic across workers. ``RedisState`` is the
-``ports.CrawlRegistry`` (twin: ``backends.memory.registry``), plus the monitoring reads. Parked bodies
+``ports.CrawlRegistry`` and ``ports.CrawlActivity``, the monitor's reads (twin of both:
+``backends.memory.registry``). Parked bodies
 and the shared per-host gate are ports of their own (``backends.redis.bodies``, ``backends.redis.gate``).
 """
 
@@ -328,6 +329,24 @@ class RedisState:
         """Its state and generation in one round trip (scheduling reads both for every batch of links)."""
         status, generation = self.r.hmget(Keys.meta(crawl_id), "state", GENERATION)
         return (status.decode() if status else "", generation.decode() if generation else "")
+
+    # --- the rebuild of a lost crawl (storage.recovery) -----------------------------------------
+    def mark_rebuilt(self, crawl_id: str, started_at: float | None) -> None:
+        self.r.hset(Keys.meta(crawl_id), mapping={
+            GENERATION: time.time(), **({"started_at": started_at} if started_at is not None else {})})
+
+    def restore_outcomes(self, crawl_id: str, outcomes: Sequence[tuple[str, str]], seen: Sequence[str]) -> None:
+        """One round trip per call (the caller sends chunks)."""
+        pipe = self.r.pipeline(transaction=False)
+        if seen:
+            pipe.sadd(Keys.seen(crawl_id), *seen)
+        if outcomes:
+            pipe.hset(Keys.outcome(crawl_id), mapping=dict(outcomes))
+        pipe.execute()
+
+    def restore_counts(self, crawl_id: str, counts: dict[str, int]) -> None:
+        if counts:
+            self.r.hset(Keys.stats(crawl_id), mapping=counts)
 
     # --- housekeeping ---------------------------------------------------------------------------
     def delete_crawl(self, crawl_id: str) -> None:
