@@ -29,6 +29,7 @@ from .workers import WorkerProcess
 N_PAGES = 300
 RESTARTS = 4  # without the guard ~6 in 10 connection losses stopped a worker: 8 losses, one almost surely
 LOST = "Connection to broker lost"  # what a worker's consumer logs when it notices
+CONNECTED = "Connected to redis://"  # what it logs (at info) each time it is connected again
 
 
 def log_text(path: Path) -> str:
@@ -38,6 +39,15 @@ def log_text(path: Path) -> str:
 def losses(logs: list[Path]) -> list[int]:
     """How many times each worker has noticed its broker connection go."""
     return [log_text(log).count(LOST) for log in logs]
+
+
+def all_connected(logs: list[Path]) -> bool:
+    """Whether every worker's consumer is connected: it connected once more than it lost the connection.
+
+    A worker still waiting out its reconnect backoff when Redis stops again never had a connection to
+    lose, and would never log the loss the test waits for.
+    """
+    return all(text.count(CONNECTED) > text.count(LOST) for text in map(log_text, logs))
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
@@ -50,7 +60,7 @@ def test_workers_survive_redis_restarts(settings, rt, tmp_path, crawl_id):
     server = serve(slow_site(N_PAGES, 0.02))
     logs = [tmp_path / f"w{i}.log" for i in range(2)]
     workers = [WorkerProcess(local, f"restart{i}", concurrency=4, log_path=log,
-                             env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}) for i, log in enumerate(logs)]
+                             env={"CRAWLTASKS_RECLAIM_INTERVAL": "1"}, loglevel="info") for i, log in enumerate(logs)]
 
     def dead() -> list[str]:
         """What each worker that exited said: from its "Unrecoverable error" if it logged one."""
@@ -69,6 +79,8 @@ def test_workers_survive_redis_restarts(settings, rt, tmp_path, crawl_id):
             # Work in flight (unacknowledged messages in both workers) when Redis goes away.
             target = crawl.stats()["stored"] + 15
             assert wait_for(lambda t=target: crawl.stats()["stored"] >= t or dead(), timeout=60), crawl.stats()
+            assert not dead(), dead()
+            assert wait_for(lambda: all_connected(logs) or dead(), timeout=60), losses(logs)
             assert not dead(), dead()
             seen = losses(logs)
             own.stop()

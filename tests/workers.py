@@ -31,10 +31,10 @@ class WorkerProcess:
 
     def __init__(self, settings: Settings, name: str, queues: str = ALL_QUEUES, pool: str = "threads",
                  concurrency: int = 4, log_path: Path | None = None, env: dict[str, str] | None = None,
-                 app: str = "crawltasks") -> None:
+                 app: str = "crawltasks", loglevel: str = "warning") -> None:
         self.name = name
         cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues, "-P", pool,
-               "-c", str(concurrency), "-n", f"{name}@%h", "-l", "warning",
+               "-c", str(concurrency), "-n", f"{name}@%h", "-l", loglevel,
                "--without-gossip", "--without-mingle", "--without-heartbeat"]
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings, **(env or {})), stdout=out, stderr=out,
