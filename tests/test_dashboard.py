@@ -17,13 +17,14 @@ from tornado import netutil
 
 from crawltasks import Crawl, start_crawl
 from crawltasks.backends.memory.driver import run_crawl
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.monitor.series import Bucket, Window
 from crawltasks.runtime import Runtime
 from crawltasks.web import chart, data, security
 from crawltasks.web.metrics import CrawlCollector
 from crawltasks.web.server import Dashboard, address, for_crawl, make_app
 
-from .sites import FAST, TwinSite, on_stores, page, status, twin_site
+from .sites import FAST, TwinSite, on_stores, on_twins, page, status, twin_site
 
 USER, PASSWORD = "watcher", uuid.uuid4().hex
 
@@ -276,6 +277,25 @@ def test_host_labels_say_why_a_host_waits():
 
     assert [host(backoff=1.0).label, host(gate=2).label, host(next_in=0.5).label, host(in_flight=1).label,
             host(queued=3).label, host().label] == ["backing off", "at limit", "delay", "fetching", "waiting", "idle"]
+
+
+def test_the_host_table_reads_the_frontier_through_its_port(crawl_id):
+    """The same rows from the twin frontier: queued and in-flight requests, a host's own limits, its wait."""
+    near, far = twin_site({"/": page("Near")}, port=8080), twin_site({"/": page("Far")}, port=8081)
+    rt = on_twins(near, far)
+    try:
+        start_crawl([near.url("/"), far.url("/")], crawl_id=crawl_id, rt=rt, obey_robots=False,
+                    host_concurrency=2, host_delay=60.0)
+        rt.frontier.set_limits(crawl_id, "127.0.0.1:8081", HostPolicy(concurrency=5, delay=1.0))
+        rt.frontier.take(crawl_id, 1, HostPolicy(concurrency=2, delay=60.0))  # the first ready host's seed
+        detail = data.crawl_detail(rt, crawl_id)
+        assert detail is not None and detail.host_count == 2
+        busy, idle = detail.hosts
+        assert (busy.queued, busy.in_flight, idle.queued, idle.in_flight) == (0, 1, 1, 0)
+        assert {busy.host: busy.limit, idle.host: idle.limit} == {"127.0.0.1:8080": 2, "127.0.0.1:8081": 5}
+        assert busy.next_in > 0.5 and idle.next_in == 0.0
+    finally:
+        rt.close()
 
 
 def test_slowest_hosts_and_item_lines():

@@ -275,3 +275,17 @@ def test_a_claim_handed_on_and_never_taken_up_comes_back_only_when_asked(fr):
     assert fr.f.reclaim(fr.crawl_id, {"alive"}, dispatch_lease=60, lease_time=600, handoff_within=0.2) == 1
     [back] = fr.f.take(fr.crawl_id, 5, FREE).requests
     assert back.url == "http://a.test/1" and back.lost == 0
+
+
+def test_host_queues_tell_the_dashboard_what_waits_and_when_it_may_start(fr):
+    fr.f.add(fr.crawl_id, [req(f"http://a.test/{i}") for i in range(3)] + [req("http://b.test/1", "high")])
+    a, b = "a.test:80", "b.test:80"
+    fr.f.set_limits(fr.crawl_id, b, HostPolicy(concurrency=1, delay=2.5, random_delay=0.25))
+    before = fr.f.host_queues(fr.crawl_id, [a, b, "c.test:80"])
+    assert [(q.queued, q.in_flight, q.wait) for q in before.values()] == [(3, 0, 0.0), (1, 0, 0.0), (0, 0, 0.0)]
+    assert (before[a].limits, before[b].limits) == (None, HostPolicy(1, 2.5, 0.25))
+    fr.f.take(fr.crawl_id, 10, HostPolicy(concurrency=2, delay=30.0))
+    after = fr.f.host_queues(fr.crawl_id, [a, b])
+    assert [(q.queued, q.in_flight) for q in after.values()] == [(2, 1), (0, 1)]
+    assert 20 < after[a].wait <= 30 and 1 < after[b].wait <= 2.75  # its own delay, not the crawl's
+    assert fr.f.host_queues(fr.crawl_id, []) == {}

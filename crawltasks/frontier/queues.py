@@ -68,6 +68,16 @@ class Taken:
 Entry = tuple[str, str, str]  # (lease, priority, encoded request): a taken request on its way
 
 
+@dataclass(frozen=True)
+class HostQueue:
+    """One host of a crawl as its frontier holds it, for the dashboard."""
+
+    queued: int  # requests waiting
+    in_flight: int  # taken and not yet fetched
+    wait: float  # seconds until its next request may start (0: now)
+    limits: HostPolicy | None  # its own limits (host rules, Crawl-delay); None: the crawl's
+
+
 @dataclass
 class Sizes:
     queued: int = 0  # waiting in host queues
@@ -234,4 +244,8 @@ class Frontier(Protocol):
         ...
 
     def sizes(self, crawl_id: str) -> Sizes:
+        ...
+
+    def host_queues(self, crawl_id: str, hosts: Sequence[str]) -> dict[str, HostQueue]:
+        """What waits for each of these hosts, how much is in flight, and when the next may start."""
         ...

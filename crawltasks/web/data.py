@@ -165,7 +165,7 @@ def crawl_detail(rt: Runtime, crawl_id: str) -> Detail | None:
     failures = failure_counts(rt, crawl_id)
     recent = rt.storage.latest(PAGES, crawl_id, SLOW_SAMPLE,
                                ["url", "status", "title", "depth", "size", "elapsed", "fetched_at"])
-    hosts, host_count = host_table(rt, crawl_id, seeds, options, now)
+    hosts, host_count = host_table(rt, crawl_id, seeds, options)
     raw = rt.activity.series(crawl_id)
     return Detail(
         row=make_row(stats, window, str(options.get("spider", "?"))), stats=stats, seeds=redact(seeds),
@@ -179,23 +179,20 @@ def crawl_detail(rt: Runtime, crawl_id: str) -> Detail | None:
         workers=len(rt.fleet().read()[0]))
 
 
-def host_table(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, Any],
-               now: float) -> tuple[list[HostRow], int]:
+def host_table(rt: Runtime, crawl_id: str, seeds: list[str], options: dict[str, Any]) -> tuple[list[HostRow], int]:
     """The busiest HOSTS_SHOWN hosts of the crawl (of a sample of 500 in a broad crawl), and how many
     were looked at: the crawl's queues and in-flight requests, the shared gate, per-host outcomes."""
     names = sorted(crawl_hosts(rt, crawl_id, seeds, options))
     default_limit = int(options.get("host_concurrency") or 0)
     gate = {h.host: h for h in host_states(rt, names)}
-    frontier = rt.frontier.host_rows(crawl_id, names)  # RedisFrontier's
+    frontier = rt.frontier.host_queues(crawl_id, names)
     done = rt.activity.host_done(crawl_id, names)
     rows = []
     for host in names:
-        queued, in_flight, next_ms, limits = frontier[host]
-        shared = gate[host]
-        own_next = max(0.0, next_ms / 1000 - now) if next_ms else 0.0
-        limit = int(limits.split(",")[0]) if limits else default_limit
+        own, shared = frontier[host], gate[host]
+        limit = own.limits.concurrency if own.limits else default_limit
         stored, failed = done[host]
-        rows.append(HostRow(host, queued, in_flight, shared.in_flight, limit, max(own_next, shared.wait),
+        rows.append(HostRow(host, own.queued, own.in_flight, shared.in_flight, limit, max(own.wait, shared.wait),
                             shared.backoff, stored, failed))
     rows.sort(key=lambda r: (-r.in_flight, -r.queued, -r.stored, r.host))
     return rows[:HOSTS_SHOWN], len(rows)

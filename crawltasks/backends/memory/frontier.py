@@ -20,6 +20,7 @@ from ...frontier.queues import (
     PARKED_MS,
     Caps,
     HostPolicy,
+    HostQueue,
     Sizes,
     Taken,
     encode,
@@ -289,3 +290,11 @@ class MemoryFrontier:
         queued = sum(len(q) for (c, _), qs in self.queues.items() if c == crawl_id for q in qs.values())
         return Sizes(queued=queued, outstanding=sum(c.fetching for c in claims), claimed=len(claims),
                      hosts=len(self.ready.get(crawl_id, {})))
+
+    @_atomic
+    def host_queues(self, crawl_id: str, hosts: Sequence[str]) -> dict[str, HostQueue]:
+        now = self.clock()
+        return {host: HostQueue(queued=sum(len(q) for q in self.queues.get((crawl_id, host), {}).values()),
+                                in_flight=self.busy.get((crawl_id, host), 0),
+                                wait=max(0.0, self.next_at.get((crawl_id, host), now) - now),
+                                limits=self.limits.get((crawl_id, host))) for host in hosts}

@@ -12,7 +12,16 @@ from collections.abc import Sequence
 
 import redis
 
-from ...frontier.queues import PRIORITY_CODES, PRIORITY_NAMES, Caps, HostPolicy, Sizes, Taken, encode
+from ...frontier.queues import (
+    PRIORITY_CODES,
+    PRIORITY_NAMES,
+    Caps,
+    HostPolicy,
+    HostQueue,
+    Sizes,
+    Taken,
+    encode,
+)
 from ...models import Request
 from ...urls import host_key
 from . import frontier_lua
@@ -152,9 +161,9 @@ class RedisFrontier:
         high = [c for c, (_, h) in zip(crawl_ids, rows, strict=True) if int(h or 0) > 0]
         return sum(int(out or 0) for out, _ in rows), high
 
-    def host_rows(self, crawl_id: str, hosts: Sequence[str]) -> dict[str, tuple[int, int, int, str | None]]:
-        """For the dashboard, per host of the crawl: (requests queued, in flight, next start in ms of
-        Redis' clock (0: none set), its own limits "concurrency,delay_ms,random_ms" or None), one round trip."""
+    def host_queues(self, crawl_id: str, hosts: Sequence[str]) -> dict[str, HostQueue]:
+        """Per host: its three queues' lengths, in-flight count, next start (ms of Redis' clock, read in
+        the same round trip) and own limits ("concurrency,delay_ms,random_ms")."""
         if not hosts:
             return {}
         pipe = self.r.pipeline(transaction=False)
@@ -164,7 +173,18 @@ class RedisFrontier:
         pipe.hmget(Keys.busy(crawl_id), list(hosts))
         pipe.hmget(Keys.host_next_at(crawl_id), list(hosts))
         pipe.hmget(Keys.host_limits(crawl_id), list(hosts))
+        pipe.time()
         replies = pipe.execute()
-        busy, nxt, limits = replies[-3:]
-        return {host: (sum(replies[3 * i:3 * i + 3]), int(busy[i] or 0), int(nxt[i] or 0),
-                       limits[i].decode() if limits[i] else None) for i, host in enumerate(hosts)}
+        busy, nxt, limits, (secs, micros) = replies[-4:]
+        now_ms = secs * 1000 + micros // 1000
+        return {host: HostQueue(queued=sum(replies[3 * i:3 * i + 3]), in_flight=int(busy[i] or 0),
+                                wait=max(0, int(nxt[i] or 0) - now_ms) / 1000, limits=_limits(limits[i]))
+                for i, host in enumerate(hosts)}
+
+
+def _limits(value: bytes | None) -> HostPolicy | None:
+    """A host's own limits as ``set_limits`` wrote them."""
+    if not value:
+        return None
+    concurrency, delay_ms, random_ms = (int(v) for v in value.decode().split(","))
+    return HostPolicy(concurrency, delay_ms / 1000, random_ms / 1000)
