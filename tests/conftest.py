@@ -40,6 +40,19 @@ STACK_FILES = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--screenshots", metavar="DIR", default=None,
+                     help="where tests/test_web.py saves the dashboard's screenshots (docs: the README's own); "
+                          "default: the test's temporary directory, so a test run leaves the checkout as it was")
+
+
+@pytest.fixture
+def screenshots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The folder of tests/test_web.py's screenshots: ``--screenshots DIR``, else a temporary one."""
+    given = request.config.getoption("--screenshots")
+    return Path(given) if given else tmp_path
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in STACK_FILES or STACK_FIXTURES & set(getattr(item, "fixturenames", ())):

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: ``crawltasks web`` as a subprocess, headless Chromium, a crawl
 running on a real Celery worker against a fixture site; what the pages show is compared with
 ``crawltasks stats`` at the same moment (the crawl is paused first, so the numbers hold still).
-Screenshots go to docs/ (the README shows them)."""
+Its screenshots are the README's: ``pytest tests/test_web.py --screenshots docs`` makes them anew
+(without the option they go to the test's temporary directory)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from .test_flower import CHROMEDRIVER, CHROMIUM
 from .test_monitor import cli
 from .test_web_controls import start_web
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 COMPARED = ("state", "scheduled", "stored", "failed", "skipped", "pending", "items", "duplicates", "retried")
 
 
@@ -102,7 +102,7 @@ def text(driver: Any, css: str) -> str:
 
 
 def test_list_and_crawl_pages_in_chromium_show_what_crawltasks_stats_says(worker, rt, settings, web, browser,
-                                                                         basic_server, crawl_id):
+                                                                         basic_server, crawl_id, screenshots):
     from selenium.webdriver.support.ui import WebDriverWait
 
     earlier = start_crawl(basic_server.url("/"), crawl_id=f"{crawl_id}-site", max_retries=0, **FAST)
@@ -120,7 +120,7 @@ def test_list_and_crawl_pages_in_chromium_show_what_crawltasks_stats_says(worker
         row = f'tr[data-crawl="{crawl_id}"]'
         listed = {name: text(browser, f'{row} [data-col="{name}"]') for name in ("state", "done", "scheduled",
                                                                                 "stored", "failed")}
-        browser.save_screenshot(str(DOCS / "dashboard-list.png"))
+        browser.save_screenshot(str(screenshots / "dashboard-list.png"))
 
         browser.set_window_size(1440, 2600)
         browser.get(f"{web}/crawl/{crawl_id}")
@@ -129,7 +129,7 @@ def test_list_and_crawl_pages_in_chromium_show_what_crawltasks_stats_says(worker
         reasons = {r: text(browser, f'tr[data-reason="{r}"] [data-col="count"]') for r in ("http_404", "http_500")}
         chart = read(browser, "#crawl-chart svg path.stored", "d")
         flower = read(browser, "#flower-link", "href")
-        browser.save_screenshot(str(DOCS / "dashboard-crawl.png"))
+        browser.save_screenshot(str(screenshots / "dashboard-crawl.png"))
         after = cli_stats(settings, crawl_id)
 
         assert {k: before[k] for k in COMPARED} == {k: after[k] for k in COMPARED} == held  # nothing moved
@@ -152,7 +152,7 @@ def test_list_and_crawl_pages_in_chromium_show_what_crawltasks_stats_says(worker
     finally:
         site.stop()
     for shot in ("dashboard-list.png", "dashboard-crawl.png"):
-        assert (DOCS / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (screenshots / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_json_of_a_crawl_and_its_failures_page(worker, rt, web, basic_server, crawl_id):
