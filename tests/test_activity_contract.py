@@ -15,9 +15,9 @@ from crawltasks.backends.memory.frontier import MemoryFrontier
 from crawltasks.backends.memory.registry import MemoryRegistry
 from crawltasks.backends.redis.frontier import RedisFrontier
 from crawltasks.backends.redis.registry import RedisState
-from crawltasks.frontier.queues import Frontier, HostPolicy
+from crawltasks.frontier.queues import HostPolicy
 from crawltasks.monitor import series
-from crawltasks.ports import CrawlActivity, CrawlRegistry
+from crawltasks.ports import CrawlActivity, CrawlRegistry, Frontier
 
 from .helpers import MemorySide, RedisSide, assert_implements, one_side
 from .test_hostqueues import FakeClock, req

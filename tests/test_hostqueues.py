@@ -13,7 +13,10 @@ from crawltasks.backends.redis.frontier import RedisFrontier
 from crawltasks.backends.redis.registry import RedisState
 from crawltasks.frontier.queues import DUPLICATE, NEW, OVER_MAX_PAGES, Caps, HostPolicy, decode, encode
 from crawltasks.models import Request
+from crawltasks.ports import Frontier
 from crawltasks.urls import canonicalize, fingerprint
+
+from .helpers import assert_implements
 
 FREE = HostPolicy(concurrency=100, delay=0.0)
 
@@ -77,6 +80,10 @@ def req(url: str, priority: str = "default", **kw) -> Request:
 
 def urls(requests) -> list[str]:
     return [r.url for r in requests]
+
+
+def test_both_frontiers_implement_the_port():
+    assert_implements(Frontier, RedisFrontier, MemoryFrontier)
 
 
 def test_entries_are_compact_and_decode_to_the_same_request():

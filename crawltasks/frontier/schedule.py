@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..models import Request
-from ..ports import CrawlRegistry, SeenFilter
+from ..ports import CrawlRegistry, Frontier, SeenFilter
 from ..settings import CrawlOptions
 from ..states import STOPPING
 from ..urls import (
@@ -29,7 +29,7 @@ from ..urls import (
     raw_fingerprint,
 )
 from .politeness import host_policy
-from .queues import DUPLICATE, NEW, Caps, Frontier
+from .queues import DUPLICATE, NEW, Caps
 
 
 @dataclass

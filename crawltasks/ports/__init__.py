@@ -4,7 +4,9 @@ Each has its shared implementation (Redis, MongoDB, requests) and an in-memory t
 ``crawltasks.backends.memory``; one contract suite per port runs against both, so a test of a
 policy on the twin says what the real thing does. Every name is importable from here.
 
-- ``Frontier`` (``frontier/queues.py``): scheduled requests per host, readiness, claims.
+- ``Frontier`` (``frontier.py``): scheduled requests per host, readiness, claims. Real:
+  ``backends.redis.frontier.RedisFrontier``; twin: ``backends.memory.frontier.MemoryFrontier``; contract:
+  ``tests/test_hostqueues.py``.
 - ``Transport`` (``fetching.py``): one prepared request sent, its response back. Real:
   ``transport.PooledTransport``; twin: ``backends.memory.transport.MockTransport``; contract:
   ``tests/test_transport_contract.py``.
@@ -38,9 +40,9 @@ A process reaches each through its ``Runtime`` (``rt.robots``, ``rt.cookies``, `
 
 from __future__ import annotations
 
-from ..frontier.queues import Frontier
 from .fetching import CookieJars, RobotsCache, Transport
 from .fleet import Fleet, Heartbeat, LeaderLock, Outages, Sender
+from .frontier import Frontier
 from .gate import Grant, HostGate, HostLoad, SlotRequest
 from .registry import CrawlActivity, CrawlRegistry, SeenFilter
 from .storing import BodyStore, ItemKeys, Storage, Validators, ValidatorStore
