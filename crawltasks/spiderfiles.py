@@ -14,10 +14,9 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
-if TYPE_CHECKING:
-    from .spiders import Spider
+S = TypeVar("S", bound=type)  # the spider base class given: spiders.Spider (this module does not import it)
 
 REF_ATTR = "crawltasks_ref"  # set on classes loaded from a file: how workers find them again
 PATH_ATTR = "crawltasks_path"  # set on classes imported from a directory added to sys.path
@@ -50,7 +49,7 @@ def load_file(path: str | Path) -> ModuleType:
     return module
 
 
-def spider_in(module: ModuleType, attr: str, base: type[Spider]) -> type[Spider]:
+def spider_in(module: ModuleType, attr: str, base: S) -> S:
     """The class ``attr`` of the module, or with no ``attr`` its one Spider subclass."""
     if attr:
         obj = module
@@ -65,7 +64,7 @@ def spider_in(module: ModuleType, attr: str, base: type[Spider]) -> type[Spider]
     return found[0]
 
 
-def from_file(ref: str, base: type[Spider]) -> type[Spider]:
+def from_file(ref: str, base: S) -> S:
     """The spider of a ``path.py[:Class]`` reference; the class remembers its absolute reference."""
     path, _, attr = ref.rpartition(":") if not ref.endswith(".py") else (ref, ":", "")
     cls = spider_in(load_file(path), attr, base)
@@ -87,18 +86,3 @@ def found_in_cwd(module: ModuleType) -> str | None:
     if where and cwd in Path(where).resolve().parents:
         return str(cwd)
     return None
-
-
-def locate_spider(ref: str, modules: list[str]) -> type[Spider]:
-    """The spider a user names on the command line, looked for in the current directory too; the
-    class remembers the directory when it came from there (saved with the crawl as ``spider_path``)."""
-    from .spiders import resolve_spider
-
-    cwd = os.getcwd()
-    cls = resolve_spider(ref, modules, path=cwd)
-    module = sys.modules.get(cls.__module__)
-    if ":" in ref and not is_file_ref(ref.rpartition(":")[0]) and module is not None:
-        where = found_in_cwd(module)
-        if where:
-            setattr(cls, PATH_ATTR, where)
-    return cls

@@ -8,11 +8,14 @@ also be named by import path, ``package.module:ClassName``.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from requests.structures import CaseInsensitiveDict
 
+from . import spiderfiles
 from .errors import ConfigError, Instruction
 from .models import Request
 from .stages.html import base_url, detect_encoding, extract_links, is_html, parse_tree, text_of, title_of
@@ -227,8 +230,6 @@ def resolve_spider(ref: str, modules: Iterable[str] = (), path: str | None = Non
     command's own (a console script puts its own directory on ``sys.path``, not the current one).
     Raises SpiderNotFound whatever stops it, a module that fails to import included: a worker without
     the spider's code fails the crawl's requests (``spider_not_found``), it does not crash on them."""
-    from . import spiderfiles
-
     if ":" in ref or ref.endswith(".py"):
         module_name, _, attr = ref.rpartition(":") if ":" in ref else (ref, "", "")
         try:
@@ -256,3 +257,16 @@ def resolve_spider(ref: str, modules: Iterable[str] = (), path: str | None = Non
         known = ", ".join(sorted(SPIDERS)) or "none"
         failed = f"; modules that failed to import: {'; '.join(broken)}" if broken else ""
         raise SpiderNotFound(f"no spider named {ref!r} (known: {known}){failed}") from None
+
+
+def locate_spider(ref: str, modules: list[str]) -> type[Spider]:
+    """The spider a user names on the command line, looked for in the current directory too; the
+    class remembers the directory when it came from there (saved with the crawl as ``spider_path``)."""
+    cwd = os.getcwd()
+    cls = resolve_spider(ref, modules, path=cwd)
+    module = sys.modules.get(cls.__module__)
+    if ":" in ref and not spiderfiles.is_file_ref(ref.rpartition(":")[0]) and module is not None:
+        where = spiderfiles.found_in_cwd(module)
+        if where:
+            setattr(cls, spiderfiles.PATH_ATTR, where)
+    return cls

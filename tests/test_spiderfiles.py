@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crawltasks import spiderfiles
-from crawltasks.spiders import Spider, SpiderNotFound, resolve_spider
+from crawltasks.spiders import Spider, SpiderNotFound, locate_spider, resolve_spider
 
 
 @pytest.fixture
@@ -67,11 +67,11 @@ def test_a_missing_or_broken_file_is_said_and_not_half_loaded(workdir):
 
 def test_a_module_of_the_current_directory_is_found_and_its_directory_remembered(workdir):
     (workdir / "myspiders.py").write_text(spider_source("Local"))
-    cls = spiderfiles.locate_spider("myspiders:Local", [])
+    cls = locate_spider("myspiders:Local", [])
     assert cls.__name__ == "Local" and getattr(cls, spiderfiles.PATH_ATTR) == str(workdir.resolve())
     assert spiderfiles.found_in_cwd(sys.modules["myspiders"]) == str(workdir.resolve())
     assert spiderfiles.found_in_cwd(spiderfiles) is None  # imported from elsewhere
-    assert spiderfiles.locate_spider("tests.spiders:TitleSpider", []).__name__ == "TitleSpider"
+    assert locate_spider("tests.spiders:TitleSpider", []).__name__ == "TitleSpider"
 
 
 def test_import_from_looks_in_the_recorded_directory(workdir, tmp_path_factory):

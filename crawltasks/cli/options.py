@@ -129,8 +129,7 @@ def locate(ref: str | None) -> Any:
     if not ref:
         return None
     from ..settings import Settings
-    from ..spiderfiles import locate_spider
-    from ..spiders import SpiderNotFound
+    from ..spiders import SpiderNotFound, locate_spider
 
     try:
         return locate_spider(ref, Settings.from_env().spider_modules)
