@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .backends.wiring import Wiring
-from .frontier.schedule import KnownSeen
+from .frontier.known import KnownSeen
 from .ports import (
     BodyStore,
     CookieJars,
@@ -58,7 +58,7 @@ class ProcessCaches:
     chains_lock: threading.Lock = field(default_factory=threading.Lock)
     jars: dict[str, SharedJar] = field(default_factory=dict)  # crawl -> its cookie jar (crawltasks.http.sessions)
     jars_lock: threading.Lock = field(default_factory=threading.Lock)
-    known: KnownSeen = field(default_factory=KnownSeen)  # links known seen (crawltasks.frontier.schedule)
+    known: KnownSeen = field(default_factory=KnownSeen)  # links known seen (crawltasks.frontier.known)
 
 
 @dataclass

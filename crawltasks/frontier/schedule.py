@@ -28,6 +28,7 @@ from ..urls import (
     in_domains,
     raw_fingerprint,
 )
+from .known import KnownSeen
 from .politeness import host_policy
 from .queues import DUPLICATE, NEW, Caps
 
@@ -133,30 +134,6 @@ def enqueue(state: CrawlRegistry, frontier: Frontier, crawl_id: str, reqs: list[
             if policy is not None:
                 frontier.set_limits(crawl_id, host, policy)
     return fresh
-
-
-class KnownSeen:
-    """Fingerprints this process knows to be in a crawl's seen-set. The set only grows (a crawl id
-    is never reused for another crawl), so a link to one of them is a duplicate without asking
-    Redis: most links of a page are known, and most of those this process met before. Bounded:
-    all is forgotten when full."""
-
-    def __init__(self, limit: int = 200_000) -> None:
-        self.limit = limit
-        self._by_crawl: dict[str, set[str]] = {}
-        self._size = 0
-
-    def of(self, crawl_id: str) -> set[str]:
-        return self._by_crawl.get(crawl_id, set())
-
-    def add(self, crawl_id: str, fps: Iterable[str]) -> None:
-        known = self._by_crawl.setdefault(crawl_id, set())
-        before = len(known)
-        known.update(fps)
-        self._size += len(known) - before
-        if self._size > self.limit:
-            self._by_crawl.clear()
-            self._size = 0
 
 
 def drop_known(state: CrawlRegistry, crawl_id: str, reqs: list[Request], key: str = "",
