@@ -25,6 +25,8 @@ FETCH_QUEUES = {
     "low": "crawl.fetch.low",
 }
 CONTROL_QUEUE = "crawl.control"
+# The stage tasks (crawltasks.worker.tasks), sent by name (crawltasks.worker.sending).
+FETCH_TASK, PARSE_TASK, STORE_TASK = "crawltasks.fetch", "crawltasks.parse", "crawltasks.store"
 
 _exchange = Exchange("crawl", type="direct")
 task_queues = [
@@ -38,9 +40,9 @@ task_default_routing_key = FETCH_QUEUES["default"]
 # Every route lives here. Fetch batches are sent to the queue of their priority by
 # ``crawltasks.dispatch`` through FETCH_QUEUES; this route is the default.
 task_routes = {
-    "crawltasks.fetch": {"queue": FETCH_QUEUES["default"], "routing_key": FETCH_QUEUES["default"]},
-    "crawltasks.parse": {"queue": PARSE_QUEUE, "routing_key": PARSE_QUEUE},
-    "crawltasks.store": {"queue": STORE_QUEUE, "routing_key": STORE_QUEUE},
+    FETCH_TASK: {"queue": FETCH_QUEUES["default"], "routing_key": FETCH_QUEUES["default"]},
+    PARSE_TASK: {"queue": PARSE_QUEUE, "routing_key": PARSE_QUEUE},
+    STORE_TASK: {"queue": STORE_QUEUE, "routing_key": STORE_QUEUE},
     "crawltasks.control.*": {"queue": CONTROL_QUEUE, "routing_key": CONTROL_QUEUE},
 }
 imports = ["crawltasks.worker.tasks"]
@@ -86,5 +88,5 @@ task_send_sent_event = worker_send_task_events
 # Flower lists each task's argsrepr (crawl id, batch size, first URL: set by crawltasks.worker.sending) and the
 # repr of its result; keep that repr short so a fetch result (metadata of a batch) stays one line.
 task_annotations = {name: {"resultrepr_maxsize": 200}
-                    for name in ("crawltasks.fetch", "crawltasks.parse", "crawltasks.store")}
+                    for name in (FETCH_TASK, PARSE_TASK, STORE_TASK)}
 worker_hijack_root_logger = False

@@ -1,7 +1,7 @@
 """The ``Sender`` port on Celery: fetch batches to the fetch queue of their priority, fetched results as
-parse -> store chains. One ``apply_async`` a call, as before the port: no broker round trip is added.
-Queues and routes are ``celeryconfig``'s; the twin is ``backends.memory.sender.MemorySender``
-(contract: ``tests/test_sender_contract.py``)."""
+parse -> store chains. One publish a call, as before the port: no broker round trip is added. Tasks go
+by name, and queues and routes are ``celeryconfig``'s, so this module needs the app, not the tasks.
+The twin is ``backends.memory.sender.MemorySender`` (contract: ``tests/test_sender_contract.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from ..frontier.queues import Entry, decode
 from ..models import Fetched
 from ..ports import Sender
 from ..urls import redact
-from .app import celeryconfig
-from .tasks import fetch, parse, store
+from .app import app, celeryconfig
 
 
 def batch_label(crawl_id: str, batch: Sequence[Entry]) -> str:
@@ -42,10 +41,10 @@ class CelerySender(Sender):
 
     def send_batch(self, crawl_id: str, priority: str, batch: Sequence[Entry]) -> None:
         queue = celeryconfig.FETCH_QUEUES[priority]
-        fetch.apply_async(batch_args(crawl_id, priority, batch), queue=queue, routing_key=queue,
-                          argsrepr=batch_label(crawl_id, batch))
+        app.send_task(celeryconfig.FETCH_TASK, batch_args(crawl_id, priority, batch), queue=queue,
+                      routing_key=queue, argsrepr=batch_label(crawl_id, batch))
 
     def send_results(self, crawl_id: str, results: Sequence[Fetched]) -> None:
         label = results_label(crawl_id, results)
-        chain(parse.s(*results_args(crawl_id, results)).set(argsrepr=label),
-              store.s().set(argsrepr=label)).apply_async()
+        chain(app.signature(celeryconfig.PARSE_TASK, results_args(crawl_id, results)).set(argsrepr=label),
+              app.signature(celeryconfig.STORE_TASK).set(argsrepr=label)).apply_async()

@@ -73,17 +73,17 @@ def store_parsed(rt: runtime.Runtime, parsed: dict) -> bool:
     return store_stage(rt, message.crawl_id, message)
 
 
-@app.task(name="crawltasks.fetch", bind=True, **OUTAGE_RETRY)
+@app.task(name=celeryconfig.FETCH_TASK, bind=True, **OUTAGE_RETRY)
 def fetch(self, crawl_id: str, priority: str, batch: list[list[str]]) -> int:
     return fetch_batch(runtime.current(), crawl_id, priority, batch)
 
 
-@app.task(name="crawltasks.parse", bind=True, **OUTAGE_RETRY)
+@app.task(name=celeryconfig.PARSE_TASK, bind=True, **OUTAGE_RETRY)
 def parse(self, fetched: dict) -> dict:
     return parse_results(runtime.current(), fetched)
 
 
-@app.task(name="crawltasks.store", bind=True, **OUTAGE_RETRY)
+@app.task(name=celeryconfig.STORE_TASK, bind=True, **OUTAGE_RETRY)
 def store(self, parsed: dict) -> bool:
     return store_parsed(runtime.current(), parsed)
 
