@@ -1,5 +1,6 @@
 """The fetch engine's asking policy, as pure decisions (crawltasks.stages.asking): which waiting hosts
-ask the gate for how many slots, and what follows each answer. No thread, no Redis, no clock."""
+ask the gate for how many slots, what follows each answer, and what a late request does about its
+lateness at the wire. No thread, no Redis, no clock."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ from collections import deque
 
 from crawltasks.models import Request
 from crawltasks.ports import Grant
-from crawltasks.stages.asking import GIVE_BACK_AFTER, HIGH_HOLD, MIN_WAIT, NextAsk, next_ask, plan_asks
-from crawltasks.stages.jobs import Job
+from crawltasks.stages.asking import (
+    GIVE_BACK_AFTER,
+    HIGH_HOLD,
+    MIN_WAIT,
+    TELL_LATE_WITHIN,
+    LateStart,
+    NextAsk,
+    late_start,
+    next_ask,
+    plan_asks,
+)
+from crawltasks.stages.jobs import START_SLACK, Job
 
 NOW = 1000.0
 
@@ -84,3 +95,20 @@ def test_a_host_held_for_long_gives_its_requests_back():
     assert next_ask(3, 0.5, grant(0, wait=long), NOW, NOW) == NextAsk(give_back=long)
     assert next_ask(3, 0.5, grant(1, backoff=long), NOW, NOW) == NextAsk(give_back=long + 0.5)
     assert next_ask(0, 0.5, grant(1, backoff=long), NOW, NOW) == NextAsk(drop=True)
+
+
+def test_a_request_on_time_or_of_a_host_without_delay_does_nothing_about_lateness():
+    for sent in (False, True):
+        assert late_start(0.5, START_SLACK, sent) is LateStart.NOTHING
+        assert late_start(0.0, 5.0, sent) is LateStart.NOTHING  # no spacing to keep
+
+
+def test_a_little_late_request_goes_at_once_and_its_start_is_told_soon():
+    late = (START_SLACK + TELL_LATE_WITHIN) / 2
+    assert late_start(0.5, late, sent=False) is LateStart.NOTHING  # no new turn: it goes now
+    assert late_start(0.5, late, sent=True) is LateStart.TELL_SOON  # by the late-starts thread
+
+
+def test_a_late_request_waits_for_its_turn_again_and_tells_its_start_at_once():
+    assert late_start(0.5, TELL_LATE_WITHIN, sent=False) is LateStart.TAKE_TURN
+    assert late_start(0.5, 3.0, sent=True) is LateStart.TELL_NOW

@@ -7,15 +7,18 @@ read that state and return what should happen, so the policy is tested without t
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..ports import Grant
-from .jobs import Job, rank_of
+from .jobs import START_SLACK, Job, rank_of
 
 GIVE_BACK_AFTER = 2.0  # a host that makes its requests wait longer gets them back in the frontier
 HIGH_HOLD = 0.5  # a host's other requests wait this long after one of its high-priority ones started
 MIN_WAIT = 0.005  # a refused host is asked again no sooner than this
+TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told by the late-starts thread
+# (long before the host's next grant, a delay after its own); a later one asks the gate itself
 
 Key = tuple[str, str]  # (crawl, host)
 
@@ -92,3 +95,25 @@ def next_ask(left: int, delay: float, grant: Grant, now: float, granted_at: floa
     if left:
         return NextAsk(ask_at=now + (0.0 if grant.tokens else max(grant.wait, MIN_WAIT)))
     return NextAsk(drop=True)
+
+
+class LateStart(enum.Enum):
+    """What a request does about its own lateness at the wire (see ``late_start``)."""
+
+    NOTHING = "nothing"
+    TELL_SOON = "tell soon"  # out, a little late: the late-starts thread moves the host's next start
+    TELL_NOW = "tell now"  # out, late: this thread moves the host's next start at once
+    TAKE_TURN = "take turn"  # not out yet, late: ask the gate for its turn again before the first byte
+
+
+def late_start(delay: float, late: float, sent: bool) -> LateStart:
+    """For a request of a host with ``delay`` between starts that reaches the wire ``late`` seconds
+    after its slot was asked for: before its first byte (``sent`` False) and once it is out (True).
+    On time (within START_SLACK), or no delay to keep: nothing. Late by less than TELL_LATE_WITHIN:
+    it goes at once, and once out its start is told soon (the host's next grant is a delay away).
+    Later: it first waits for its turn again, and once out its start is told at once."""
+    if delay <= 0 or late <= START_SLACK:
+        return LateStart.NOTHING
+    if late < TELL_LATE_WITHIN:
+        return LateStart.TELL_SOON if sent else LateStart.NOTHING
+    return LateStart.TELL_NOW if sent else LateStart.TAKE_TURN

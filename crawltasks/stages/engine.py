@@ -34,15 +34,13 @@ from ..runtime import Runtime
 from ..settings import CrawlOptions
 from ..urls import host_key
 from ..worker.liveness import BEAT_EVERY, dead_after
-from .asking import HIGH_HOLD, NextAsk, next_ask, plan_asks
-from .jobs import START_SLACK, Job, fetch_job, take_turn
+from .asking import HIGH_HOLD, LateStart, NextAsk, late_start, next_ask, plan_asks
+from .jobs import Job, fetch_job, take_turn
 from .latestarts import LateStarts
 from .outbox import Outbox, now_iso
 
 log = logging.getLogger("crawltasks")
 
-TELL_LATE_WITHIN = 0.1  # a request late by less goes at once, its start told by the late-starts thread
-# (long before the host's next grant, a delay after its own); a later one asks the gate itself
 COALESCE = 0.002  # seconds the control thread lets answers gather after the first one
 ROBOTS_LOOK_EVERY = 0.2  # seconds between looks for a robots.txt another worker is fetching
 RENEW_EVERY = BEAT_EVERY  # seconds between claiming the requests in hand again (the reclaimer's check)
@@ -297,25 +295,20 @@ class FetchEngine:
             self.ask_at[key] = then.ask_at
 
     def _on_send(self, host: str, delay: float, asked_at: float, next_start: float) -> Callable[[bool], None]:
-        """What a fetch thread does as its request goes out, so that the spacing holds where the site
-        sees it, not only where the slot was granted. Lateness counts from ``asked_at``, before the
-        gate was asked (the grant is no earlier; the reply can come much later on a busy process).
-        A request that reaches the wire late by TELL_LATE_WITHIN or more asks the gate for its turn
-        again before its first byte (it goes now if no start was granted after its own, else a delay
-        after that one). Once it is out, a late start moves the host's next start to a delay from now:
-        through the late-starts thread when it is a little late (the host's next grant is a delay
-        after its own, far off), else at once."""
+        """What a fetch thread does as its request goes out (``late_start`` decides), so that the spacing
+        holds where the site sees it, not only where the slot was granted. Lateness counts from
+        ``asked_at``, before the gate was asked (the grant is no earlier; the reply can come much later
+        on a busy process). Waiting for its turn again, a request goes now if no start was granted after
+        its own, else a delay after that one."""
         held = [asked_at, next_start]  # when this request may start (here), the next start it set (gate)
 
-        def on_send(done: bool) -> None:
-            late = time.monotonic() - held[0]
-            if delay <= 0 or late <= START_SLACK:
-                return
-            if done and late < TELL_LATE_WITHIN:
+        def on_send(sent: bool) -> None:
+            action = late_start(delay, time.monotonic() - held[0], sent)
+            if action is LateStart.TELL_SOON:
                 self.late_starts.tell(host, delay)
-            elif late >= TELL_LATE_WITHIN:
+            elif action is not LateStart.NOTHING:
                 try:
-                    self.rt.gate.started(host, delay) if done else take_turn(self.rt.gate, host, delay, held)
+                    self.rt.gate.started(host, delay) if sent else take_turn(self.rt.gate, host, delay, held)
                 except redis.RedisError as exc:  # the request is not at fault: it goes on
                     log.warning("could not move %s's next start: %r", host, exc)
         return on_send

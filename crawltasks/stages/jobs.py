@@ -39,7 +39,7 @@ def rank_of(job: Job) -> int:
 
 
 def fetch_job(events: SimpleQueue, job: Job, token: str, options: CrawlOptions, robots: Robots,
-               on_send: Callable[[], None]) -> None:
+               on_send: Callable[[bool], None]) -> None:
     """On a pool thread: the HTTP of one job; its outcome goes back to the control thread."""
     try:
         if job.robots is not None:
